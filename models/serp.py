@@ -1,0 +1,23 @@
+"""SERP snapshots: one search-API response per row, read back by keyword over a range of days.
+
+The first version keyed this table by request_id alone, so "rankings of a keyword over the last
+30 days" was a full scan. The key order now serves that query; a global index serves the
+point lookup by request_id that the first key used to give.
+"""
+
+from tsmigrate import AccessPattern, Column, GlobalIndex, Model, PrimaryKey
+
+
+class SerpSnapshot(Model, table="serp_snapshots", max_versions=1):
+    keyword = PrimaryKey(str)
+    day = PrimaryKey(str)  # "2026-09-21": ISO dates sort as text in date order
+    request_id = PrimaryKey(str)
+
+    status = Column(str, defined=True)
+    credits = Column(int, defined=True)  # may be None: unknown, not zero
+    payload = Column(str)  # the whole response, kept verbatim so parsing can be replayed
+
+    by_request_id = GlobalIndex(keys=["request_id"], include=["status", "credits"])
+
+    keyword_over_days = AccessPattern(eq=["keyword"], range="day")
+    one_request = AccessPattern(eq=["request_id"])

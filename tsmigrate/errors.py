@@ -1,0 +1,56 @@
+"""Typed errors. Each says what is wrong, where, and how to fix it; the CLI prints them plainly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+
+class TsmigrateError(Exception):
+    """Base of every error tsmigrate raises on purpose; the CLI prints it without a traceback."""
+
+    exit_code = 1
+
+
+@attrs.frozen
+class Problem:
+    """One broken rule: which model and table, which field, which rule, and how to fix it."""
+
+    table: str
+    field: str
+    rule: str
+    message: str
+    fix: str = ""
+    model: str = ""
+
+    def where(self) -> str:
+        owner = f"{self.model} (table {self.table!r})" if self.model else f"table {self.table!r}"
+        return f"{owner}, {self.field}" if self.field else owner
+
+    def __str__(self) -> str:
+        text = f"{self.where()}: {self.message} [{self.rule}]"
+        return f"{text}\n    fix: {self.fix}" if self.fix else text
+
+
+class SchemaError(TsmigrateError):
+    """A catalog breaks Tablestore's rules; carries every problem found, not just the first."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        lines = [f"{count} schema problem{'s' if count != 1 else ''}:"]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class ModelError(TsmigrateError):
+    """A model declaration cannot be compiled at all (e.g. its module does not import)."""
+
+
+class KeyDerivationError(TsmigrateError, ValueError):
+    """A key derivation is misdeclared, or a value cannot be turned into a key that keeps order."""
+
+
+class ConfigError(TsmigrateError):
+    """The project configuration ([tool.tsmigrate] or command-line options) is invalid."""

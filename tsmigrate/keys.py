@@ -1,0 +1,277 @@
+"""Key derivations: how a primary-key value is computed from a row's fields.
+
+One definition, used by models on write and on query and by the rewrite engine when it computes
+new keys from old rows. Each derivation is a frozen value that is part of the schema IR, so a diff
+sees a changed derivation (a different hash length is a different key, and needs a rewrite).
+
+The derivations follow Tablestore's primary-key design guidance:
+
+- ``HashPrefix``: ``md5(value)[:N] + sep + value`` spreads sequential ids over partitions.
+- ``Concat``: several fields in one key; integers zero-padded to a fixed width and a separator
+  that sorts below every data character, so the string order equals the order of the tuples.
+- ``TimeBucket``: ``value mod N`` as a leading key column, to spread a time-ordered write load.
+- ``Descending``: ``ceiling - value``, so a forward range read returns the newest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections.abc import Mapping
+from typing import Any, ClassVar, Union
+
+import attrs
+
+from tsmigrate.errors import KeyDerivationError
+
+INT64_MAX = 2**63 - 1
+
+# Named alphabets for Concat: the characters that may appear in the data of a string part.
+ALPHABETS: dict[str, str] = {
+    "digits": string.digits,
+    "hex": string.digits + "abcdef",
+    "alnum": string.digits + string.ascii_letters,
+    "identifier": string.digits + string.ascii_letters + "_-.",
+    "printable": "".join(chr(c) for c in range(0x21, 0x7F)),
+}
+
+
+def _text(value: Any, derivation: str, field: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, bytes)):
+        raise KeyDerivationError(
+            f"{derivation}: field {field!r} must be a string or an integer, got {type(value).__name__}"
+        )
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _require(values: Mapping[str, Any], field: str, derivation: str) -> Any:
+    try:
+        value = values[field]
+    except KeyError:
+        raise KeyDerivationError(f"{derivation}: field {field!r} is needed to build the key") from None
+    if value is None:
+        raise KeyDerivationError(f"{derivation}: field {field!r} is None; the key needs a value")
+    return value
+
+
+@attrs.frozen
+class HashPrefix:
+    """``md5(str(source))`` as ``length`` hex characters, then ``sep``, then the value itself."""
+
+    kind: ClassVar[str] = "hash_prefix"
+    output_type: ClassVar[str] = "STRING"
+
+    source: str
+    length: int = 4
+    sep: str = "|"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 1 <= self.length <= 32:
+            out.append(f"hash length must be 1 to 32 hex characters, got {self.length}")
+        if len(self.sep) > 1:
+            out.append(f"separator must be at most one character, got {self.sep!r}")
+        return out
+
+    def derive(self, values: Mapping[str, Any]) -> str:
+        text = _text(_require(values, self.source, "HashPrefix"), "HashPrefix", self.source)
+        digest = hashlib.md5(text.encode()).hexdigest()[: self.length]
+        return f"{digest}{self.sep}{text}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source, "length": self.length, "sep": self.sep}
+
+
+def _as_pad(value: Any) -> tuple[tuple[str, int], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(k), int(v)) for k, v in items))
+
+
+@attrs.frozen
+class Concat:
+    """Several fields joined into one STRING key that sorts like the tuple of the fields.
+
+    ``pad`` gives the zero-padded width of each integer field; ``alphabet`` names (or lists) the
+    characters string fields may contain. The separator must sort below all of them, or a shorter
+    value would sort after a longer one that extends it (``a100:`` > ``a1001`` with ``:``).
+    """
+
+    kind: ClassVar[str] = "concat"
+    output_type: ClassVar[str] = "STRING"
+
+    fields: tuple[str, ...] = attrs.field(converter=tuple)
+    sep: str = ","
+    pad: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_as_pad)
+    alphabet: str = "identifier"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.fields
+
+    @property
+    def characters(self) -> str:
+        return ALPHABETS.get(self.alphabet, self.alphabet)
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.fields) < 2:
+            out.append("Concat needs at least two fields")
+        if len(set(self.fields)) != len(self.fields):
+            out.append("Concat lists a field twice")
+        if len(self.sep) != 1:
+            out.append(f"separator must be exactly one character, got {self.sep!r}")
+        elif self.characters and self.sep >= min(self.characters):
+            lowest = min(self.characters)
+            hint = ", such as ','" if lowest > "," else ""
+            out.append(
+                f"separator {self.sep!r} (0x{ord(self.sep):02x}) does not sort below every data "
+                f"character: {lowest!r} (0x{ord(lowest):02x}) may appear in the data, so "
+                "concatenated keys would not sort like the original values ('a100:' sorts after "
+                f"'a1001'); use a separator below 0x{ord(lowest):02x}{hint}"
+            )
+        for name, width in self.pad:
+            if name not in self.fields:
+                out.append(f"pad names {name!r}, which is not one of the fields {list(self.fields)}")
+            if not 1 <= width <= 19:
+                out.append(f"pad width of {name!r} must be 1 to 19 digits, got {width}")
+        return out
+
+    def part(self, field: str, value: Any) -> str:
+        widths = dict(self.pad)
+        if field in widths:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise KeyDerivationError(
+                    f"Concat: field {field!r} is zero-padded and must be an integer, got {value!r}"
+                )
+            width = widths[field]
+            if not 0 <= value < 10**width:
+                raise KeyDerivationError(
+                    f"Concat: field {field!r} = {value} does not fit {width} digits "
+                    "(negative values and wider numbers break the order)"
+                )
+            return str(value).zfill(width)
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise KeyDerivationError(
+                f"Concat: integer field {field!r} needs a pad width to keep numeric order"
+            )
+        text = _text(value, "Concat", field)
+        if any(ch <= self.sep for ch in text):
+            raise KeyDerivationError(
+                f"Concat: field {field!r} = {text!r} contains a character that sorts at or below "
+                f"the separator {self.sep!r}; the key would not keep the order of the values"
+            )
+        return text
+
+    def derive(self, values: Mapping[str, Any]) -> str:
+        return self.sep.join(
+            self.part(f, _require(values, f, "Concat")) for f in self.fields
+        )
+
+    def split(self, key: str) -> dict[str, Any]:
+        """The inverse of derive: the field values a key was built from."""
+        parts = key.split(self.sep)
+        if len(parts) != len(self.fields):
+            raise KeyDerivationError(f"Concat: {key!r} does not have {len(self.fields)} parts")
+        widths = dict(self.pad)
+        return {f: int(p) if f in widths else p for f, p in zip(self.fields, parts, strict=True)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "fields": list(self.fields),
+            "sep": self.sep,
+            "pad": dict(self.pad),
+            "alphabet": self.alphabet,
+        }
+
+
+@attrs.frozen
+class TimeBucket:
+    """``source mod buckets``: an INTEGER leading key column that spreads sequential writes."""
+
+    kind: ClassVar[str] = "time_bucket"
+    output_type: ClassVar[str] = "INTEGER"
+
+    source: str
+    buckets: int = 16
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def problems(self) -> list[str]:
+        if not 2 <= self.buckets <= 4096:
+            return [f"bucket count must be 2 to 4096, got {self.buckets}"]
+        return []
+
+    def derive(self, values: Mapping[str, Any]) -> int:
+        value = _require(values, self.source, "TimeBucket")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KeyDerivationError(f"TimeBucket: field {self.source!r} must be an integer")
+        return value % self.buckets
+
+    def all_buckets(self) -> range:
+        """Every bucket a reader must query and merge."""
+        return range(self.buckets)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source, "buckets": self.buckets}
+
+
+@attrs.frozen
+class Descending:
+    """``ceiling - source``: reverses integer order, so forward scans return the newest first."""
+
+    kind: ClassVar[str] = "descending"
+    output_type: ClassVar[str] = "INTEGER"
+
+    source: str
+    ceiling: int = INT64_MAX
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def problems(self) -> list[str]:
+        if not 0 < self.ceiling <= INT64_MAX:
+            return [f"ceiling must be 1 to 2**63-1, got {self.ceiling}"]
+        return []
+
+    def derive(self, values: Mapping[str, Any]) -> int:
+        value = _require(values, self.source, "Descending")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KeyDerivationError(f"Descending: field {self.source!r} must be an integer")
+        if not 0 <= value <= self.ceiling:
+            raise KeyDerivationError(
+                f"Descending: field {self.source!r} = {value} is outside 0..{self.ceiling}"
+            )
+        return self.ceiling - value
+
+    def invert(self, key: int) -> int:
+        return self.ceiling - key
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": self.source, "ceiling": self.ceiling}
+
+
+Derivation = Union[HashPrefix, Concat, TimeBucket, Descending]  # noqa: UP007 - a runtime alias on 3.10
+
+_KINDS: dict[str, type] = {
+    cls.kind: cls for cls in (HashPrefix, Concat, TimeBucket, Descending)
+}
+
+
+def derivation_from_dict(data: Mapping[str, Any]) -> Derivation:
+    fields = dict(data)
+    kind = fields.pop("kind", None)
+    try:
+        cls = _KINDS[kind]
+    except KeyError:
+        raise KeyDerivationError(f"unknown key derivation kind {kind!r}") from None
+    return cls(**fields)

@@ -1,0 +1,506 @@
+"""Declarative models: Python classes that compile to IR tables and build rows for services.
+
+    class Telemetry(Model, table="telemetry", ttl="90d", allow_update=False):
+        pk = PrimaryKey(str, derive=HashPrefix("device_id", length=4, sep="|"))
+        ts = PrimaryKey(int)
+        device_id = Column(str, defined=True)
+        by_device = GlobalIndex(keys=["device_id"])
+
+Primary-key order is declaration order. Declaration mistakes (a float primary key, an unknown
+option) do not raise at class creation: they are recorded and reported, with every other
+problem of every model, when the models are compiled (``compile_models``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from tsmigrate import schema
+from tsmigrate.errors import KeyDerivationError, Problem, SchemaError
+from tsmigrate.keys import Derivation
+from tsmigrate.validate import validate_catalog
+
+PYTHON_TYPES: dict[Any, str] = {
+    str: schema.STRING,
+    int: schema.INTEGER,
+    bytes: schema.BINARY,
+    float: schema.DOUBLE,
+    bool: schema.BOOLEAN,
+}
+_TYPE_NAMES = {"STRING", "INTEGER", "BINARY", "DOUBLE", "BOOLEAN"}
+
+
+class _AutoIncrement:
+    """Placeholder for a value the service generates (an auto-increment key column)."""
+
+    def __repr__(self) -> str:
+        return "AUTO_INCREMENT"
+
+
+AUTO_INCREMENT = _AutoIncrement()
+
+
+def column_type(declared: Any) -> str:
+    """Python type or Tablestore type name -> IR type name (unknown types pass through, named,
+    so that validation reports them)."""
+    if declared in PYTHON_TYPES:
+        return PYTHON_TYPES[declared]
+    if isinstance(declared, str) and declared.upper() in _TYPE_NAMES:
+        return declared.upper()
+    return getattr(declared, "__name__", repr(declared))
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+FOREVER = ("forever", "never", "none", "-1")
+
+
+def parse_duration(value: Any, unit: int = 1) -> int:
+    """'90d', '12h', 3600 or None/'forever' -> seconds (or ``unit`` seconds); -1 means forever."""
+    if value is None or value == -1 or (isinstance(value, str) and value.lower() in FOREVER):
+        return -1
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, int):
+        return value
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration such as '90d', '12h', '30m' or 86400")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds % unit:
+        raise ValueError(f"{value!r} is not a whole number of {unit} s units")
+    return seconds // unit
+
+
+# --- field declarations --------------------------------------------------------------------------
+
+
+class _Declaration:
+    """Base of everything declared in a model's class body."""
+
+    name: str = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        # On the class: the declaration itself. On an instance without a value: None.
+        return self if obj is None else None
+
+
+class PrimaryKey(_Declaration):
+    def __init__(
+        self,
+        type: Any,
+        *,
+        auto_increment: bool = False,
+        derive: Derivation | None = None,
+        name: str | None = None,
+    ):
+        self.type = column_type(type)
+        self.auto_increment = auto_increment
+        self.derive = derive
+        self.column_name = name
+
+    def compile(self) -> schema.PrimaryKeyColumn:
+        return schema.PrimaryKeyColumn(
+            name=self.column_name or self.name,
+            type=self.type,
+            auto_increment=self.auto_increment,
+            derivation=self.derive,
+        )
+
+
+class Column(_Declaration):
+    """An attribute column. ``defined=True`` makes it a predefined column (needed by indexes)."""
+
+    def __init__(self, type: Any, *, defined: bool = False, name: str | None = None):
+        self.type = column_type(type)
+        self.defined = defined
+        self.column_name = name
+
+    @property
+    def column(self) -> str:
+        return self.column_name or self.name
+
+
+class _SecondaryIndex(_Declaration):
+    index_type: ClassVar[str]
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        include: Sequence[str] = (),
+        *,
+        name: str | None = None,
+        include_base_data: bool = True,
+    ):
+        self.keys = tuple(keys) if not isinstance(keys, str) else (keys,)
+        self.include = tuple(include) if not isinstance(include, str) else (include,)
+        self.index_name = name
+        self.include_base_data = include_base_data
+
+    def compile(self) -> schema.SecondaryIndex:
+        return schema.SecondaryIndex(
+            name=self.index_name or self.name,
+            keys=self.keys,
+            include=self.include,
+            type=self.index_type,
+            include_base_data=self.include_base_data,
+        )
+
+
+class GlobalIndex(_SecondaryIndex):
+    """A global secondary index: its own table, any leading column, kept asynchronously."""
+
+    index_type = schema.GLOBAL
+
+
+class LocalIndex(_SecondaryIndex):
+    """A local secondary index: led by the partition key, kept synchronously."""
+
+    index_type = schema.LOCAL
+
+
+class SearchField:
+    """A field of a search index: ``SearchField("battery", "long", sort=True)``."""
+
+    def __init__(
+        self,
+        column: str,
+        type: str,
+        *,
+        index: bool = True,
+        sort: bool = False,
+        store: bool = False,
+        array: bool = False,
+        analyzer: str | None = None,
+        analyzer_parameters: Mapping[str, Any] | None = None,
+        fields: Sequence[SearchField] = (),
+        date_formats: Sequence[str] = (),
+        dimension: int | None = None,
+        metric: str | None = None,
+    ):
+        self.ir = schema.SearchField(
+            name=column,
+            type=str(type).upper(),
+            index=index,
+            sort_and_agg=sort,
+            store=store,
+            is_array=array,
+            analyzer=analyzer,
+            analyzer_parameters=analyzer_parameters or {},
+            sub_fields=[f.ir for f in fields],
+            date_formats=date_formats,
+            vector_dimension=dimension,
+            vector_metric=metric,
+        )
+
+
+def _sorter(spec: str) -> schema.IndexSorter:
+    """'-ts' -> ts descending; 'pk' / '-pk' -> by primary key."""
+    descending = spec.startswith("-")
+    field = spec.lstrip("-+")
+    return schema.IndexSorter(
+        field=None if field == "pk" else field, order=schema.DESC if descending else schema.ASC
+    )
+
+
+class SearchIndex(_Declaration):
+    def __init__(
+        self,
+        fields: Sequence[SearchField],
+        *,
+        routing: Sequence[str] = (),
+        presort: Sequence[str] = (),
+        ttl: Any = "table",
+        name: str | None = None,
+    ):
+        self.fields = tuple(fields)
+        self.routing = tuple(routing)
+        self.presort = tuple(presort)
+        self.ttl = ttl
+        self.index_name = name
+
+    def compile(self, table_ttl: int) -> schema.SearchIndex:
+        # By default the index expires data with its table, the only TTL the service accepts
+        # for a search index on a table with a TTL.
+        ttl = table_ttl if self.ttl == "table" else parse_duration(self.ttl)
+        return schema.SearchIndex(
+            name=self.index_name or self.name,
+            fields=[f.ir for f in self.fields],
+            routing_fields=self.routing,
+            index_sort=[_sorter(s) for s in self.presort],
+            time_to_live=ttl,
+        )
+
+
+class AccessPattern(_Declaration):
+    """A query the service relies on; lint checks the key order or an index can serve it."""
+
+    def __init__(
+        self,
+        eq: Sequence[str] = (),
+        range: str | None = None,
+        order_by: str | None = None,
+    ):
+        self.eq = (eq,) if isinstance(eq, str) else tuple(eq)
+        self.range = range
+        self.order_by = order_by
+
+    def compile(self) -> schema.AccessPattern:
+        return schema.AccessPattern(
+            name=self.name, eq=self.eq, range=self.range, order_by=self.order_by
+        )
+
+
+# --- the Model base ------------------------------------------------------------------------------
+
+_OPTIONS = {
+    "table", "ttl", "max_versions", "max_time_deviation", "allow_update", "reserved_read",
+    "reserved_write", "stream", "replaces", "abstract",
+}
+_REGISTRY: list[type[Model]] = []
+
+
+class Model:
+    """Base of declarative table models. Class keywords set the table and its options:
+
+    table (physical name; default: the class name in snake_case), ttl ('90d', seconds, None),
+    max_versions, max_time_deviation (seconds), allow_update, reserved_read, reserved_write,
+    stream (True, False or an expiration such as '24h'), replaces (the table a rewrite replaces),
+    abstract (a base class that declares shared fields but no table).
+    """
+
+    __tsmigrate_abstract__: ClassVar[bool] = True
+    __tsmigrate_options__: ClassVar[dict[str, Any]] = {}
+    __tsmigrate_problems__: ClassVar[list[Problem]] = []
+    __tsmigrate_table__: ClassVar[schema.Table | None] = None
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        unknown = sorted(set(options) - _OPTIONS)
+        for key in unknown:
+            options.pop(key)
+        super().__init_subclass__()
+        cls.__tsmigrate_abstract__ = bool(options.pop("abstract", False))
+        inherited = {
+            k: v for k, v in getattr(cls, "__tsmigrate_options__", {}).items() if k != "table"
+        }
+        cls.__tsmigrate_options__ = {**inherited, **options}
+        cls.__tsmigrate_problems__ = [
+            cls._problem("model", "model.option", f"unknown model option {key!r}",
+                         f"use one of {', '.join(sorted(_OPTIONS))}")
+            for key in unknown
+        ]
+        cls.__tsmigrate_table__ = None
+        if not cls.__tsmigrate_abstract__:
+            _REGISTRY.append(cls)
+
+    # -- compile -------------------------------------------------------------------------------
+
+    @classmethod
+    def _qualname(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def _problem(cls, field: str, rule: str, message: str, fix: str = "") -> Problem:
+        return Problem(
+            table=cls.table_name(), field=field, rule=rule, message=message, fix=fix,
+            model=cls._qualname(),
+        )
+
+    @classmethod
+    def table_name(cls) -> str:
+        name = cls.__tsmigrate_options__.get("table")
+        return name or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+
+    @classmethod
+    def declarations(cls) -> list[_Declaration]:
+        """Every field of the model and its bases, in declaration order (bases first)."""
+        seen: dict[str, _Declaration] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                if isinstance(value, _Declaration):
+                    seen[attr] = value  # an override keeps the base's position
+        return list(seen.values())
+
+    @classmethod
+    def _declared(cls, kind: type) -> list[Any]:
+        return [d for d in cls.declarations() if isinstance(d, kind)]
+
+    @classmethod
+    def compile(cls) -> tuple[schema.Table, list[Problem]]:
+        """The IR table of this model and the declaration problems found on the way."""
+        problems = list(cls.__tsmigrate_problems__)
+        opts = cls.__tsmigrate_options__
+
+        def duration(key: str, default: Any, unit: int = 1) -> int:
+            try:
+                return parse_duration(opts.get(key, default), unit)
+            except (ValueError, TypeError) as exc:
+                problems.append(cls._problem(key, f"model.{key}", str(exc)))
+                return -1 if default is None else parse_duration(default, unit)
+
+        ttl = duration("ttl", None)
+        deviation = duration("max_time_deviation", 86400)
+        stream_opt = opts.get("stream", False)
+        if stream_opt is True:
+            stream = schema.StreamSpec(enabled=True)
+        elif not stream_opt:
+            stream = schema.StreamSpec()
+        else:
+            stream = schema.StreamSpec(enabled=True, expiration_hours=duration("stream", 24, 3600))
+        for key in ("max_versions", "reserved_read", "reserved_write"):
+            value = opts.get(key, 1 if key == "max_versions" else 0)
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append(cls._problem(key, f"model.{key}", f"{key} must be an integer"))
+                opts = {**opts, key: 1 if key == "max_versions" else 0}
+
+        for declaration in cls.declarations():
+            if declaration.name in _MODEL_API:
+                problems.append(cls._problem(
+                    declaration.name, "model.reserved-name",
+                    f"field {declaration.name!r} would hide Model.{declaration.name}",
+                    f"rename the attribute and keep the column name with name={declaration.name!r}",
+                ))
+        columns = cls._declared(Column)
+        primary_key = [pk.compile() for pk in cls._declared(PrimaryKey)]
+        if not primary_key and not cls.__tsmigrate_abstract__:
+            problems.append(
+                cls._problem("primary_key", "primary-key.count",
+                             "the model declares no PrimaryKey column",
+                             "declare one to four PrimaryKey fields; their order is the key order")
+            )
+        table = schema.Table(
+            name=cls.table_name(),
+            primary_key=primary_key,
+            defined_columns=[
+                schema.DefinedColumn(c.column, c.type) for c in columns if c.defined
+            ],
+            attributes=[schema.AttributeColumn(c.column, c.type) for c in columns if not c.defined],
+            options=schema.TableOptions(
+                time_to_live=ttl,
+                max_versions=opts.get("max_versions", 1),
+                max_time_deviation=deviation,
+                allow_update=bool(opts.get("allow_update", True)),
+            ),
+            throughput=schema.ReservedThroughput(
+                read=opts.get("reserved_read", 0), write=opts.get("reserved_write", 0)
+            ),
+            secondary_indexes=[i.compile() for i in cls._declared(_SecondaryIndex)],
+            search_indexes=[i.compile(ttl) for i in cls._declared(SearchIndex)],
+            stream=stream,
+            access_patterns=[p.compile() for p in cls._declared(AccessPattern)],
+            replaces=opts.get("replaces"),
+            source=cls._qualname(),
+        )
+        return table, problems
+
+    @classmethod
+    def table(cls) -> schema.Table:
+        """The validated IR table of this model; raises SchemaError listing every problem."""
+        if cls.__tsmigrate_table__ is None:
+            cls.__tsmigrate_table__ = compile_models([cls]).tables[0]
+        return cls.__tsmigrate_table__
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def __init__(self, **values: Any):
+        fields = {d.name for d in self.declarations() if isinstance(d, (PrimaryKey, Column))}
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} has no field {', '.join(map(repr, unknown))}; "
+                f"fields: {', '.join(sorted(fields))}"
+            )
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    __hash__ = None  # type: ignore[assignment]  # rows are mutable values
+
+    def values(self) -> dict[str, Any]:
+        return {
+            d.name: getattr(self, d.name)
+            for d in self.declarations()
+            if isinstance(d, (PrimaryKey, Column))
+        }
+
+    @classmethod
+    def key(cls, **values: Any) -> list[tuple[str, Any]]:
+        """The primary key for these field values, derivations applied (for reads and writes)."""
+        key = []
+        for pk in cls._declared(PrimaryKey):
+            column = pk.column_name or pk.name
+            if pk.derive is not None:
+                key.append((column, pk.derive.derive(values)))
+            elif values.get(pk.name) is not None:
+                key.append((column, values[pk.name]))
+            elif pk.auto_increment:
+                key.append((column, AUTO_INCREMENT))
+            else:
+                raise KeyDerivationError(f"{cls.__name__}: primary-key field {pk.name!r} is missing")
+        return key
+
+    def primary_key(self) -> list[tuple[str, Any]]:
+        return self.key(**self.values())
+
+    def attribute_columns(self) -> list[tuple[str, Any]]:
+        """The attribute cells to write: every set Column (None means "not written")."""
+        return [
+            (c.column, getattr(self, c.name))
+            for c in self._declared(Column)
+            if getattr(self, c.name) is not None
+        ]
+
+    @classmethod
+    def from_row(
+        cls, primary_key: Iterable[tuple[str, Any]], attributes: Iterable[Sequence[Any]] = ()
+    ) -> Model:
+        """Build a model from a row as the SDK returns it (attribute tuples may carry a
+        timestamp). Derived key columns are kept as read; their source fields come from the
+        attributes."""
+        by_column = {
+            (d.column_name or d.name): d.name
+            for d in cls.declarations()
+            if isinstance(d, (PrimaryKey, Column))
+        }
+        values: dict[str, Any] = {}
+        for column, value in primary_key:
+            if column in by_column:
+                values[by_column[column]] = value
+        for cell in attributes:
+            column, value = cell[0], cell[1]
+            if column in by_column:
+                values[by_column[column]] = value
+        return cls(**values)
+
+
+_MODEL_API = {name for name in vars(Model) if not name.startswith("_")}
+
+
+def compile_models(models: Iterable[type[Model]]) -> schema.Catalog:
+    """Compile models to a validated Catalog; raise one SchemaError with every problem."""
+    tables, problems = [], []
+    for model in models:
+        table, found = model.compile()
+        tables.append(table)
+        problems.extend(found)
+    catalog = schema.Catalog(tables=tables)
+    problems.extend(validate_catalog(catalog))
+    if problems:
+        raise SchemaError(problems)
+    return catalog
+
+
+def registered_models() -> list[type[Model]]:
+    """Every concrete model class defined so far, in definition order."""
+    return list(_REGISTRY)
