@@ -1,0 +1,388 @@
+"""Plan steps: operations as data, kept apart from their execution (the adapter runs them).
+
+Each step knows its risk and says why in one sentence:
+
+- ``safe``: no data is lost and nothing a service reads disappears;
+- ``data-copy``: rows are copied into a new table (a rewrite);
+- ``destructive``: data, versions or an access path are lost, or stream records are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from tsmigrate.render import duration
+from tsmigrate.schema import (
+    DefinedColumn,
+    ReservedThroughput,
+    SearchIndex,
+    SecondaryIndex,
+    StreamSpec,
+    Table,
+    TableOptions,
+    table_to_dict,
+)
+
+SAFE, DATA_COPY, DESTRUCTIVE = "safe", "data-copy", "destructive"
+RISKS = (SAFE, DATA_COPY, DESTRUCTIVE)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Table):
+        return table_to_dict(value)
+    if attrs.has(type(value)):
+        return {a.name: _plain(getattr(value, a.name)) for a in attrs.fields(type(value)) if a.eq}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@attrs.frozen
+class Step:
+    """Base: ``kind`` names the operation, ``table`` the data table it touches."""
+
+    kind: ClassVar[str]
+    symbol: ClassVar[str] = "~"  # + create, - drop, ~ update, -/+ replace
+
+    table: str
+
+    @property
+    def risk(self) -> str:
+        return SAFE
+
+    @property
+    def reason(self) -> str:
+        return ""
+
+    def summary(self) -> str:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"kind": self.kind, "risk": self.risk, "summary": self.summary()}
+        if self.reason:
+            data["reason"] = self.reason
+        data["args"] = {a.name: _plain(getattr(self, a.name)) for a in attrs.fields(type(self))}
+        return data
+
+
+@attrs.frozen
+class CreateTable(Step):
+    kind = "create_table"
+    symbol = "+"
+
+    definition: Table
+
+    @property
+    def reason(self) -> str:
+        return "a new, empty table"
+
+    def summary(self) -> str:
+        pk = ", ".join(f"{c.name} {c.type}" for c in self.definition.primary_key)
+        indexes = len(self.definition.secondary_indexes)
+        extra = f" with {indexes} secondary index{'es' if indexes != 1 else ''}" if indexes else ""
+        return f"create table {self.table} ({pk}){extra}"
+
+
+@attrs.frozen
+class DropTable(Step):
+    kind = "drop_table"
+    symbol = "-"
+
+    @property
+    def risk(self) -> str:
+        return DESTRUCTIVE
+
+    @property
+    def reason(self) -> str:
+        return f"deletes table {self.table} with all its rows and secondary indexes; it cannot be undone"
+
+    def summary(self) -> str:
+        return f"drop table {self.table}"
+
+
+def _option_effects(before: TableOptions, after: TableOptions) -> tuple[str, list[str]]:
+    """The risk of an options change and one sentence per changed option."""
+    risk, notes = SAFE, []
+    if before.time_to_live != after.time_to_live:
+        b, a = before.time_to_live, after.time_to_live
+        if a != -1 and (b == -1 or a < b):
+            risk = DESTRUCTIVE
+            notes.append(
+                f"lowering TTL from {duration(b)} to {duration(a)} deletes cells older than "
+                f"{duration(a)}"
+            )
+        else:
+            notes.append(
+                f"raising TTL from {duration(b)} to {duration(a)} keeps cells longer "
+                "(cells not yet purged may become readable again)"
+            )
+    if before.max_versions != after.max_versions:
+        b, a = before.max_versions, after.max_versions
+        if a < b:
+            risk = DESTRUCTIVE
+            notes.append(
+                f"lowering max versions from {b} to {a} deletes all but the newest {a} "
+                f"version{'s' if a != 1 else ''} of every cell"
+            )
+        else:
+            notes.append(
+                f"raising max versions from {b} to {a} can make old versions readable again"
+            )
+    if before.max_time_deviation != after.max_time_deviation:
+        notes.append(
+            f"max time deviation {duration(before.max_time_deviation)} -> "
+            f"{duration(after.max_time_deviation)} changes which explicit timestamps writes accept"
+        )
+    if before.allow_update != after.allow_update:
+        notes.append(
+            "UpdateRow becomes rejected; services must write whole rows with PutRow"
+            if not after.allow_update
+            else "UpdateRow becomes allowed"
+        )
+    return risk, notes
+
+
+@attrs.frozen
+class UpdateOptions(Step):
+    kind = "update_options"
+
+    before: TableOptions
+    after: TableOptions
+
+    @property
+    def risk(self) -> str:
+        return _option_effects(self.before, self.after)[0]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(_option_effects(self.before, self.after)[1])
+
+    def summary(self) -> str:
+        changes = [
+            f"{a.name} {getattr(self.before, a.name)!r} -> {getattr(self.after, a.name)!r}"
+            for a in attrs.fields(TableOptions)
+            if getattr(self.before, a.name) != getattr(self.after, a.name)
+        ]
+        return f"update options of {self.table}: {', '.join(changes)}"
+
+
+@attrs.frozen
+class UpdateThroughput(Step):
+    kind = "update_throughput"
+
+    before: ReservedThroughput
+    after: ReservedThroughput
+
+    @property
+    def reason(self) -> str:
+        return "the service allows one capacity adjustment every 2 minutes per table"
+
+    def summary(self) -> str:
+        return (
+            f"reserved CU of {self.table}: read {self.before.read} -> {self.after.read}, "
+            f"write {self.before.write} -> {self.after.write}"
+        )
+
+
+@attrs.frozen
+class AddDefinedColumns(Step):
+    kind = "add_defined_columns"
+    symbol = "+"
+
+    columns: tuple[DefinedColumn, ...] = attrs.field(converter=tuple)
+
+    def summary(self) -> str:
+        cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        return f"add defined columns to {self.table}: {cols}"
+
+
+@attrs.frozen
+class DeleteDefinedColumns(Step):
+    kind = "delete_defined_columns"
+    symbol = "-"
+
+    columns: tuple[DefinedColumn, ...] = attrs.field(converter=tuple)
+
+    @property
+    def reason(self) -> str:
+        return "only the declaration goes: the cells stay in the rows as ordinary attributes"
+
+    def summary(self) -> str:
+        return f"delete defined columns of {self.table}: {', '.join(c.name for c in self.columns)}"
+
+
+@attrs.frozen
+class CreateIndex(Step):
+    kind = "create_index"
+    symbol = "+"
+
+    index: SecondaryIndex
+
+    @property
+    def reason(self) -> str:
+        if self.index.include_base_data:
+            return "existing rows are indexed in the background (include_base_data)"
+        return "only rows written from now on are indexed"
+
+    def summary(self) -> str:
+        include = f" include ({', '.join(self.index.include)})" if self.index.include else ""
+        return (
+            f"create {self.index.type.lower()} index {self.index.name} on "
+            f"{self.table} ({', '.join(self.index.keys)}){include}"
+        )
+
+
+@attrs.frozen
+class DropIndex(Step):
+    kind = "drop_index"
+    symbol = "-"
+
+    index: SecondaryIndex
+    replaced: bool = False  # part of a drop + create of a changed index
+
+    @property
+    def risk(self) -> str:
+        return DESTRUCTIVE
+
+    @property
+    def reason(self) -> str:
+        if self.replaced:
+            return (
+                f"secondary indexes cannot be altered: {self.index.name} is dropped and created "
+                "again, and queries on it fail until the new one has indexed the table"
+            )
+        return f"queries that read index {self.index.name} fail once it is gone"
+
+    def summary(self) -> str:
+        return f"drop index {self.index.name} of {self.table}"
+
+
+@attrs.frozen
+class CreateSearchIndex(Step):
+    kind = "create_search_index"
+    symbol = "+"
+
+    index: SearchIndex
+
+    @property
+    def reason(self) -> str:
+        return "the index syncs existing rows first (phase FULL), then follows writes (INCR)"
+
+    def summary(self) -> str:
+        fields = ", ".join(f"{f.name}:{f.type.lower()}" for f in self.index.fields)
+        return f"create search index {self.index.name} on {self.table} ({fields})"
+
+
+@attrs.frozen
+class DropSearchIndex(Step):
+    kind = "drop_search_index"
+    symbol = "-"
+
+    index: SearchIndex
+    replaced: bool = False
+
+    @property
+    def risk(self) -> str:
+        return DESTRUCTIVE
+
+    @property
+    def reason(self) -> str:
+        if self.replaced:
+            return (
+                f"search index {self.index.name} changed in a way that needs a rebuild: it is "
+                "dropped and created again, and searches on it fail until it has synced"
+            )
+        return f"searches on {self.index.name} fail once it is gone"
+
+    def summary(self) -> str:
+        return f"drop search index {self.index.name} of {self.table}"
+
+
+@attrs.frozen
+class UpdateSearchIndexTTL(Step):
+    kind = "update_search_index_ttl"
+
+    index: str
+    before: int
+    after: int
+
+    @property
+    def risk(self) -> str:
+        lowered = self.after != -1 and (self.before == -1 or self.after < self.before)
+        return DESTRUCTIVE if lowered else SAFE
+
+    @property
+    def reason(self) -> str:
+        if self.risk == DESTRUCTIVE:
+            return f"index entries older than {duration(self.after)} are purged from the index"
+        return "index entries are kept longer"
+
+    def summary(self) -> str:
+        return (
+            f"search index {self.index} of {self.table}: TTL {duration(self.before)} -> "
+            f"{duration(self.after)}"
+        )
+
+
+@attrs.frozen
+class UpdateStream(Step):
+    kind = "update_stream"
+
+    before: StreamSpec
+    after: StreamSpec
+
+    @property
+    def risk(self) -> str:
+        return DESTRUCTIVE if self.before.enabled and not self.after.enabled else SAFE
+
+    @property
+    def reason(self) -> str:
+        if not self.after.enabled:
+            return "change records not yet consumed are dropped with the stream"
+        if not self.before.enabled:
+            return "changes are recorded from now on; earlier writes are not in the stream"
+        return "records are kept for a different time"
+
+    def summary(self) -> str:
+        if not self.after.enabled:
+            return f"disable the stream of {self.table}"
+        state = "enable" if not self.before.enabled else "change"
+        return f"{state} the stream of {self.table} (records kept {self.after.expiration_hours}h)"
+
+
+@attrs.frozen
+class RewriteTable(Step):
+    """Copy every row of ``source`` into the new table, deriving the new key, then cut over."""
+
+    kind = "rewrite_table"
+    symbol = "-/+"
+
+    source: str
+    key_change: str
+
+    @property
+    def risk(self) -> str:
+        return DATA_COPY
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"Tablestore cannot change a primary key in place ({self.key_change}): rows of "
+            f"{self.source} are copied into {self.table} with their keys rebuilt, changes made "
+            "meanwhile are captured, the copy is verified, then services cut over"
+        )
+
+    def summary(self) -> str:
+        return f"rewrite {self.source} into {self.table}"
+
+
+STEP_TYPES: dict[str, type[Step]] = {
+    cls.kind: cls
+    for cls in (
+        CreateTable, DropTable, UpdateOptions, UpdateThroughput, AddDefinedColumns,
+        DeleteDefinedColumns, CreateIndex, DropIndex, CreateSearchIndex, DropSearchIndex,
+        UpdateSearchIndexTTL, UpdateStream, RewriteTable,
+    )
+}

@@ -1,0 +1,218 @@
+"""Diff and plan: (live Catalog, target Catalog) -> an ordered Plan of Steps. Pure functions.
+
+Only what Tablestore stores is compared: declared-only parts of the IR (attribute columns, access
+patterns, where a model lives) never make a step. A key derivation is compared only when the live
+side knows one (tsmigrate records the catalog it applied), since the service itself cannot tell.
+
+Order within a table follows the service's prerequisites: search indexes and secondary indexes
+are dropped before the columns and options they depend on change, and created after; a search
+index TTL is lowered before the table's TTL and raised after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from tsmigrate import ops
+from tsmigrate.errors import Problem, SchemaError
+from tsmigrate.schema import Catalog, PrimaryKeyColumn, SearchIndex, SecondaryIndex, StreamSpec, Table
+
+PLAN_FORMAT = 1
+
+
+@attrs.frozen
+class Undeclared:
+    """A live table no model declares: reported, and dropped only when pruning is asked for."""
+
+    name: str
+    note: str
+
+
+@attrs.frozen
+class Plan:
+    steps: tuple[ops.Step, ...] = attrs.field(converter=tuple)
+    undeclared: tuple[Undeclared, ...] = attrs.field(converter=tuple)
+    source_fingerprint: str
+    target_fingerprint: str
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.steps)
+
+    def by_risk(self, risk: str) -> list[ops.Step]:
+        return [s for s in self.steps if s.risk == risk]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "source_fingerprint": self.source_fingerprint,
+            "target_fingerprint": self.target_fingerprint,
+            "has_changes": self.has_changes,
+            "summary": {risk: len(self.by_risk(risk)) for risk in ops.RISKS},
+            "steps": [s.to_dict() for s in self.steps],
+            "undeclared_tables": [attrs.asdict(u) for u in self.undeclared],
+        }
+
+
+def _key_signature(column: PrimaryKeyColumn) -> tuple[Any, ...]:
+    return (column.name, column.type, column.auto_increment)
+
+
+def key_change(live: Table, target: Table) -> str | None:
+    """How the primary key changed, in words, or None when it did not."""
+    before = [_key_signature(c) for c in live.primary_key]
+    after = [_key_signature(c) for c in target.primary_key]
+    if before != after:
+        return (
+            f"primary key ({', '.join(f'{c[0]} {c[1]}' for c in before)}) becomes "
+            f"({', '.join(f'{c[0]} {c[1]}' for c in after)})"
+        )
+    for old, new in zip(live.primary_key, target.primary_key, strict=True):
+        if old.derivation is not None and old.derivation != new.derivation:
+            was = type(old.derivation).__name__
+            now = type(new.derivation).__name__ if new.derivation else "a plain value"
+            return f"key column {new.name} is derived differently ({was} {old.derivation.to_dict()} -> {now})"
+    return None
+
+
+def _stream(spec: StreamSpec) -> StreamSpec:
+    return spec if spec.enabled else StreamSpec()
+
+
+def _secondary_signature(index: SecondaryIndex) -> tuple[Any, ...]:
+    # include_base_data only matters when an index is created; the service does not report it.
+    return (index.keys, index.include, index.type)
+
+
+def _search_signature(index: SearchIndex) -> SearchIndex:
+    return attrs.evolve(index, time_to_live=-1)
+
+
+def _table_steps(live: Table, target: Table) -> list[ops.Step]:
+    name = target.name
+    early: list[ops.Step] = []  # drops, before options and columns change
+    middle: list[ops.Step] = []
+    late: list[ops.Step] = []  # creations, after their prerequisites hold
+
+    live_search = {i.name: i for i in live.search_indexes}
+    target_search = {i.name: i for i in target.search_indexes}
+    ttl_down: list[ops.Step] = []
+    ttl_up: list[ops.Step] = []
+    for index_name, old in live_search.items():
+        new = target_search.get(index_name)
+        if new is None:
+            early.append(ops.DropSearchIndex(name, old))
+        elif _search_signature(old) != _search_signature(new):
+            early.append(ops.DropSearchIndex(name, old, replaced=True))
+            late.append(ops.CreateSearchIndex(name, new))
+        elif old.time_to_live != new.time_to_live:
+            step = ops.UpdateSearchIndexTTL(name, index_name, old.time_to_live, new.time_to_live)
+            (ttl_down if step.risk == ops.DESTRUCTIVE else ttl_up).append(step)
+    for index_name, new in target_search.items():
+        if index_name not in live_search:
+            late.append(ops.CreateSearchIndex(name, new))
+
+    live_sec = {i.name: i for i in live.secondary_indexes}
+    target_sec = {i.name: i for i in target.secondary_indexes}
+    creates: list[ops.Step] = []
+    for index_name, old in live_sec.items():
+        new = target_sec.get(index_name)
+        if new is None:
+            early.append(ops.DropIndex(name, old))
+        elif _secondary_signature(old) != _secondary_signature(new):
+            early.append(ops.DropIndex(name, old, replaced=True))
+            creates.append(ops.CreateIndex(name, new))
+    for index_name, new in target_sec.items():
+        if index_name not in live_sec:
+            creates.append(ops.CreateIndex(name, new))
+
+    live_cols = {c.name: c for c in live.defined_columns}
+    target_cols = {c.name: c for c in target.defined_columns}
+    removed = [c for n, c in live_cols.items() if n not in target_cols or target_cols[n] != c]
+    added = [c for n, c in target_cols.items() if n not in live_cols or live_cols[n] != c]
+    if removed:
+        early.append(ops.DeleteDefinedColumns(name, removed))
+
+    middle.extend(ttl_down)
+    if live.options != target.options:
+        middle.append(ops.UpdateOptions(name, live.options, target.options))
+    if live.throughput != target.throughput:
+        middle.append(ops.UpdateThroughput(name, live.throughput, target.throughput))
+    if added:
+        middle.append(ops.AddDefinedColumns(name, added))
+    if _stream(live.stream) != _stream(target.stream):
+        middle.append(ops.UpdateStream(name, _stream(live.stream), _stream(target.stream)))
+    # Secondary indexes before search indexes: both are serialized and waited on by apply.
+    return early + middle + creates + late + ttl_up
+
+
+def _create_steps(table: Table) -> list[ops.Step]:
+    bare = attrs.evolve(table, search_indexes=())
+    steps: list[ops.Step] = [ops.CreateTable(table.name, bare)]
+    steps += [ops.CreateSearchIndex(table.name, index) for index in table.search_indexes]
+    return steps
+
+
+def _drop_steps(table: Table) -> list[ops.Step]:
+    # The service refuses to delete a table that still has a search index.
+    steps: list[ops.Step] = [ops.DropSearchIndex(table.name, i) for i in table.search_indexes]
+    return [*steps, ops.DropTable(table.name)]
+
+
+def make_plan(live: Catalog, target: Catalog, *, prune: bool = False) -> Plan:
+    """The steps that take ``live`` to ``target``. Raises SchemaError for a change Tablestore
+    cannot make (a primary key changed under the same table name)."""
+    live_tables = {t.name: t for t in live.tables}
+    steps: list[ops.Step] = []
+    problems: list[Problem] = []
+    replaced_by = {t.replaces: t.name for t in target.tables if t.replaces}
+
+    for table in target.tables:
+        current = live_tables.get(table.name)
+        if current is not None:
+            change = key_change(current, table)
+            if change is not None:
+                problems.append(
+                    Problem(
+                        table=table.name,
+                        field="primary_key",
+                        rule="plan.key-change-in-place",
+                        message=f"{change}, but Tablestore cannot change the primary key of an "
+                        "existing table (nor rename a table)",
+                        fix=f"declare the new key under a new table name with replaces={table.name!r}; "
+                        "tsmigrate then rewrites the rows into it",
+                        model=table.source,
+                    )
+                )
+                continue
+            steps.extend(_table_steps(current, table))
+            continue
+        steps.extend(_create_steps(table))
+        source = live_tables.get(table.replaces) if table.replaces else None
+        if source is not None:
+            change = key_change(source, table) or "the table gets a new name"
+            steps.append(ops.RewriteTable(table.name, source.name, change))
+    if problems:
+        raise SchemaError(problems)
+
+    undeclared = []
+    declared = {t.name for t in target.tables}
+    for name, table in live_tables.items():
+        if name in declared:
+            continue
+        if name in replaced_by:
+            note = f"replaced by {replaced_by[name]}; drop it with --prune once services have cut over"
+        else:
+            note = "no model declares it"
+        undeclared.append(Undeclared(name, note))
+        if prune:
+            steps.extend(_drop_steps(table))
+
+    return Plan(
+        steps=steps,
+        undeclared=undeclared,
+        source_fingerprint=live.fingerprint(),
+        target_fingerprint=target.fingerprint(),
+    )

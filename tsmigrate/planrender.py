@@ -1,0 +1,86 @@
+"""Plan rendering: terminal (Terraform-like symbols and colour), Markdown for a pull-request
+comment, and JSON (schema: ``Plan.to_dict``, documented in the README)."""
+
+from __future__ import annotations
+
+import json
+
+from tsmigrate import ops
+from tsmigrate.plan import Plan
+
+_COLOURS = {"+": "green", "-": "red", "~": "yellow", "-/+": "magenta"}
+_RISK_COLOURS = {ops.SAFE: "green", ops.DATA_COPY: "yellow", ops.DESTRUCTIVE: "red"}
+
+
+def _counts(plan: Plan) -> str:
+    parts = [f"{len(plan.by_risk(r))} {r}" for r in ops.RISKS if plan.by_risk(r)]
+    return f"{len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''} ({', '.join(parts)})"
+
+
+def plan_text(plan: Plan, *, colour: bool = True) -> str:
+    """Rich markup when ``colour``; plain text otherwise."""
+
+    def paint(text: str, style: str) -> str:
+        return f"[{style}]{text}[/]" if colour else text
+
+    lines: list[str] = []
+    if not plan.has_changes:
+        lines.append(paint("No changes.", "bold green") + " The instance matches the models.")
+    else:
+        lines.append(paint(f"Plan: {_counts(plan)}", "bold"))
+        lines.append("")
+        for number, step in enumerate(plan.steps, 1):
+            symbol = paint(f"{step.symbol:>3}", _COLOURS[step.symbol])
+            risk = paint(step.risk, _RISK_COLOURS[step.risk])
+            lines.append(f"{symbol} {number:>2}. {_escape(step.summary(), colour)}  [{risk}]")
+            if step.reason:
+                lines.append(f"         {paint(_escape(step.reason, colour), 'dim')}")
+    for table in plan.undeclared:
+        lines.append("")
+        lines.append(paint("  ? ", "cyan") + f"table {table.name} is not declared: {table.note}")
+    if plan.by_risk(ops.DESTRUCTIVE):
+        lines.append("")
+        lines.append(
+            paint("! ", "bold red")
+            + f"{len(plan.by_risk(ops.DESTRUCTIVE))} destructive step(s): apply needs --allow-destructive"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str, colour: bool) -> str:
+    return text.replace("[", r"\[") if colour else text
+
+
+def plan_markdown(plan: Plan, *, title: str = "tsmigrate plan") -> str:
+    lines = [f"### {title}", ""]
+    if not plan.has_changes:
+        lines.append("**No changes.** The instance matches the models.")
+    else:
+        lines.append(f"**{_counts(plan)}**")
+        lines.append("")
+        lines.append("| # | | step | risk | why |")
+        lines.append("|---|---|---|---|---|")
+        for number, step in enumerate(plan.steps, 1):
+            risk = f"**{step.risk}**" if step.risk != ops.SAFE else step.risk
+            summary = step.summary().replace("|", "\\|")
+            reason = step.reason.replace("|", "\\|")
+            lines.append(f"| {number} | `{step.symbol}` | {summary} | {risk} | {reason} |")
+    if plan.undeclared:
+        lines.append("")
+        lines.append("Tables no model declares (never dropped without `--prune`):")
+        lines += [f"- `{t.name}`: {t.note}" for t in plan.undeclared]
+    if plan.by_risk(ops.DESTRUCTIVE):
+        lines.append("")
+        lines.append(
+            f"> [!WARNING]\n> {len(plan.by_risk(ops.DESTRUCTIVE))} destructive step(s): "
+            "`tsmigrate apply` refuses them without `--allow-destructive`."
+        )
+    lines.append("")
+    lines.append(
+        f"<sub>live state `{plan.source_fingerprint[:19]}` → target `{plan.target_fingerprint[:19]}`</sub>"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
