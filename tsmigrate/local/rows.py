@@ -1,0 +1,643 @@
+"""Row APIs: PutRow, GetRow, UpdateRow, DeleteRow, BatchGetRow, BatchWriteRow, GetRange.
+
+Every write runs in one storage transaction (a batch row in its own savepoint), so a request or
+batch row that fails leaves nothing behind. After each row mutation the server's mutation hooks run
+(the attachment point for secondary indexes and streams).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate.local import keycodec, rowdata
+from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
+from tsmigrate.local.filters import compile_filter
+from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, TableInfo
+from tsmigrate.local.plainbuffer import (
+    AUTO_INCREMENT,
+    HEADER,
+    INF_MAX,
+    INF_MIN,
+    OP_DELETE_ALL,
+    OP_DELETE_ONE,
+    OP_INCREMENT,
+    Cell,
+    Row,
+    assemble_row,
+    decode_primary_key,
+    decode_row,
+    encode_cell,
+    encode_primary_key_cells,
+    join_rows,
+)
+from tsmigrate.local.rowdata import ReadSpec
+from tsmigrate.local.storage import Cells, StoredRow
+from tsmigrate.local.tables import NAME_RE, get_table
+
+if TYPE_CHECKING:
+    from tsmigrate.local.server import Context
+
+MAX_PK_LENGTH = 1024
+MAX_VALUE_LENGTH = 2 * 1024 * 1024
+MAX_COLUMNS_PER_WRITE = 1024
+MAX_COLUMNS_TO_GET = 1024
+MAX_TIMESTAMP = (2**63 - 1) // 1000
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+PAGE_ROWS = 5000
+PAGE_BYTES = 4 * 1024 * 1024
+BATCH_GET_ROWS = 100
+BATCH_WRITE_ROWS = 200
+BATCH_WRITE_BYTES = 4 * 1024 * 1024
+CU_BYTES = 4096
+
+_PK_PY_TYPES = {PK_INTEGER: int, PK_STRING: str, PK_BINARY: bytes}
+_VT_NAMES = {PK_INTEGER: "VT_INTEGER", PK_STRING: "VT_STRING", PK_BINARY: "VT_BLOB"}
+_EXPECT_NAMES = {pb.IGNORE: "IGNORE", pb.EXPECT_EXIST: "EXPECT_EXIST",
+                 pb.EXPECT_NOT_EXIST: "EXPECT_NOT_EXIST"}
+
+
+def _vt_name(value: object) -> str:
+    if value is INF_MIN:
+        return "VT_INF_MIN"
+    if value is INF_MAX:
+        return "VT_INF_MAX"
+    if value is AUTO_INCREMENT:
+        return "VT_AUTO_INCREMENT"
+    return {bool: "VT_BOOLEAN", int: "VT_INTEGER", float: "VT_DOUBLE", str: "VT_STRING",
+            bytes: "VT_BLOB"}.get(type(value), "VT_NULL")
+
+
+def _consumed(read: int = 0, write: int = 0) -> pb.ConsumedCapacity:
+    return pb.ConsumedCapacity(capacity_unit=pb.CapacityUnit(read=read, write=write))
+
+
+def _cu(size: int) -> int:
+    return max(1, math.ceil(size / CU_BYTES))
+
+
+# -- primary keys --------------------------------------------------------------------------------
+
+
+def check_pk(
+    table: TableInfo, pk: Sequence[tuple[str, object]], *, write: bool = False, bound: bool = False
+) -> list[object]:
+    """The PK values in schema order; `write` allows the auto-increment placeholder, `bound`
+    (range bounds) allows INF_MIN / INF_MAX."""
+    schema = table.primary_key
+    if len(pk) != len(schema):
+        raise invalid_pk(f"Validate PK size fail. Input: {len(pk)}, Meta: {len(schema)}.")
+    values: list[object] = []
+    for (name, value), col in zip(pk, schema, strict=True):
+        if name != col.name:
+            raise invalid_pk(f"Validate PK name fail. Input: {name}, Meta: {col.name}.")
+        if value is AUTO_INCREMENT:
+            if not write:
+                raise invalid("PKAutoIncr can't be used for read operations.")
+            if not col.auto_increment:
+                raise invalid_pk(
+                    f"Validate PK type fail. Input: VT_AUTO_INCREMENT, Meta: {_VT_NAMES[col.type]}."
+                )
+        elif value is INF_MIN or value is INF_MAX:
+            if not bound:
+                raise invalid_pk(
+                    f"Validate PK type fail. Input: {_vt_name(value)}, Meta: {_VT_NAMES[col.type]}."
+                )
+        elif type(value) is not _PK_PY_TYPES[col.type]:
+            raise invalid_pk(
+                f"Validate PK type fail. Input: {_vt_name(value)}, Meta: {_VT_NAMES[col.type]}."
+            )
+        elif col.type != PK_INTEGER:
+            length = len(value.encode() if isinstance(value, str) else value)  # type: ignore[arg-type]
+            if length > MAX_PK_LENGTH:
+                raise invalid(
+                    f"The length of primary key column: '{name}' exceeds the MaxLength:"
+                    f"{MAX_PK_LENGTH} with CurrentLength:{length}."
+                )
+        values.append(value)
+    return values
+
+
+def _read_pk(ctx: Context, table: TableInfo, data: bytes) -> tuple[bytes, StoredRow | None]:
+    values = check_pk(table, decode_primary_key(data))
+    key = keycodec.encode_key(values)
+    return key, ctx.storage.get(table.table_id, key)
+
+
+# -- attribute columns ---------------------------------------------------------------------------
+
+
+def _check_value(table: TableInfo, name: str, value: object) -> None:
+    if not NAME_RE.match(name):
+        raise invalid(f"Invalid column name: '{name}'.")
+    if name in table.pk_names:
+        raise invalid(f"Duplicated attribute column name with primary key column: '{name}'.")
+    t = type(value)
+    if t is float:
+        if math.isnan(value):  # type: ignore[arg-type]
+            raise invalid("NaN can't be set to double value.")
+        if math.isinf(value):  # type: ignore[arg-type]
+            raise invalid("Infinity can't be set to double value.")
+    elif t is str or t is bytes:
+        length = len(value.encode()) if t is str else len(value)  # type: ignore[union-attr,arg-type]
+        if length > MAX_VALUE_LENGTH:
+            raise invalid(
+                f"The length of attribute column: '{name}' exceeds the MaxLength:"
+                f"{MAX_VALUE_LENGTH} with CurrentLength:{length}."
+            )
+    elif t is not int and t is not bool:
+        raise invalid(f"{_vt_name(value)} is an invalid type for the attribute column.")
+
+
+def _check_timestamp(table: TableInfo, name: str, ts: int, now_ms: int) -> None:
+    if not 0 <= ts < MAX_TIMESTAMP:
+        raise invalid("Timestamp must be in range [0, INT64_MAX/1000).")
+    lower = now_ms - table.deviation * 1000
+    if table.ttl != -1:
+        lower = max(lower, now_ms - table.ttl * 1000)
+    if not lower <= ts < now_ms + table.deviation * 1000:
+        raise invalid(f"Invalid timestamp. Cell:{name}.")
+
+
+def _check_column_count(cells: list[Cell]) -> None:
+    if len(cells) > MAX_COLUMNS_PER_WRITE:
+        raise invalid(
+            f"The number of attribute columns exceeds the limit, limit count: "
+            f"{MAX_COLUMNS_PER_WRITE}, column count: {len(cells)}."
+        )
+
+
+def _version(name: str, value: object, ts: int) -> tuple[int, object, bytes, int]:
+    cell, crc = encode_cell(name, value, ts)
+    return ts, value, cell, crc
+
+
+def _add_version(cells: Cells, name: str, version: tuple[int, object, bytes, int]) -> None:
+    """Insert keeping newest-first order; a version with the same timestamp is replaced."""
+    versions = [v for v in cells.get(name, ()) if v[0] != version[0]]
+    versions.append(version)
+    versions.sort(key=lambda v: v[0], reverse=True)
+    cells[name] = versions
+
+
+# -- row mutations -------------------------------------------------------------------------------
+
+
+@dataclass
+class WriteResult:
+    row: bytes  # response `row` (empty unless asked for)
+    consumed: pb.ConsumedCapacity
+
+
+class _Mutation:
+    """One row write: PK resolution (auto-increment), condition check, then the new stored row."""
+
+    def __init__(self, ctx: Context, table: TableInfo, row: Row, condition: pb.Condition) -> None:
+        self.ctx = ctx
+        self.table = table
+        self.now_ms = ctx.now_ms
+        values = check_pk(table, row.primary_key, write=True)
+        self.auto = AUTO_INCREMENT in values
+        if self.auto:
+            if condition.row_existence != pb.IGNORE:
+                expect = _EXPECT_NAMES.get(condition.row_existence, str(condition.row_existence))
+                raise invalid(f"Invalid expect:{expect} when modify row with pk auto increment.")
+            if condition.HasField("column_condition"):
+                raise invalid("Can't set condition when modify row with pk auto increment.")
+            floor = int(ctx.now * 1_000_000)
+            values = [
+                ctx.storage.next_auto_increment(table.table_id, floor) if v is AUTO_INCREMENT else v
+                for v in values
+            ]
+        self.pk_values = tuple(values)
+        self.key = keycodec.encode_key(values)
+        pk_bytes, crcs = encode_primary_key_cells(zip(table.pk_names, values, strict=True))
+        self.pk, self.pkc = pk_bytes, bytes(crcs)
+        self.condition = condition
+        self._old: StoredRow | None = None
+        self._loaded = False
+
+    @property
+    def needs_old(self) -> bool:
+        c = self.condition
+        return (
+            c.row_existence != pb.IGNORE
+            or c.HasField("column_condition")
+            or bool(self.ctx.server.mutation_hooks)
+        )
+
+    def old(self) -> StoredRow | None:
+        if not self._loaded:
+            self._old = None if self.auto else self.ctx.storage.get(self.table.table_id, self.key)
+            self._loaded = True
+        return self._old
+
+    def check_condition(self) -> None:
+        c = self.condition
+        if c.row_existence == pb.IGNORE and not c.HasField("column_condition"):
+            return
+        old = self.old()
+        exists = rowdata.alive(self.table, old, self.now_ms)
+        if c.row_existence == pb.EXPECT_EXIST and not exists:
+            raise condition_failed()
+        if c.row_existence == pb.EXPECT_NOT_EXIST and exists:
+            raise condition_failed()
+        if c.HasField("column_condition"):
+            cells = rowdata.live_cells(self.table, old.data[1], self.now_ms) if exists and old else {}
+            if not compile_filter(c.column_condition).matches(rowdata.filter_columns(cells)):
+                raise condition_failed()
+
+    def write(self, cells: Cells | None) -> StoredRow | None:
+        """Store the row with `cells` (None deletes it) and run the mutation hooks."""
+        storage = self.ctx.storage
+        new = None
+        if cells is None:
+            storage.delete(self.table.table_id, self.key)
+        else:
+            new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells)
+            storage.put(self.table.table_id, new)
+        for hook in self.ctx.server.mutation_hooks:
+            hook(self.ctx, self.table, self.key, self.old(), new)
+        return new
+
+    def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
+        read_cu = 1 if self.condition.row_existence != pb.IGNORE else 0
+        consumed = _consumed(read=read_cu, write=_cu(size))
+        kind = return_content.return_type if return_content.HasField("return_type") else pb.RT_NONE
+        if kind == pb.RT_PK:
+            return WriteResult(HEADER + assemble_row(self.pk, self.pkc, ()), consumed)
+        if kind == pb.RT_AFTER_MODIFY and new is not None:
+            names = set(return_content.return_column_names)
+            cells = rowdata.live_cells(self.table, new.data[1], self.now_ms)
+            picked = [(vs[0][2], vs[0][3]) for n, vs in cells.items() if n in names]
+            return WriteResult(HEADER + assemble_row(self.pk, self.pkc, picked), consumed)
+        return WriteResult(b"", consumed)
+
+
+def put_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
+            return_content: pb.ReturnContent) -> WriteResult:
+    _check_column_count(row.cells)
+    now_ms = ctx.now_ms
+    cells: Cells = {}
+    size = 0
+    for cell in row.cells:
+        if cell.op is not None:
+            raise invalid(f"OpType cannot be given for column name:{cell.name} in PutRow.")
+        _check_value(table, cell.name, cell.value)
+        if cell.timestamp is not None:
+            _check_timestamp(table, cell.name, cell.timestamp, now_ms)
+        ts = now_ms if cell.timestamp is None else cell.timestamp
+        version = _version(cell.name, cell.value, ts)
+        size += len(version[2])
+        _add_version(cells, cell.name, version)
+    if row.delete_marker:
+        raise invalid("Delete marker is not allowed in PutRow.")
+    for name, versions in cells.items():
+        cells[name] = versions[: table.max_versions]
+    mutation = _Mutation(ctx, table, row, condition)
+    mutation.check_condition()
+    new = mutation.write(cells)
+    return mutation.result(return_content, new, size + len(mutation.pk))
+
+
+def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
+               return_content: pb.ReturnContent, in_batch: bool = False) -> WriteResult:
+    if not table.allow_update:
+        raise invalid("UpdateRow is not allowed on a table whose allow_update is false.")
+    if not row.cells:
+        raise invalid(
+            "Invalid update row request: missing cells in request."
+            if in_batch
+            else "Attribute column is missing."
+        )
+    _check_column_count(row.cells)
+    now_ms = ctx.now_ms
+    seen: set[str] = set()
+    for cell in row.cells:
+        if cell.name in seen:
+            raise invalid(f"Duplicated attribute column name: '{cell.name}' while updating row.")
+        seen.add(cell.name)
+        _check_update_cell(table, cell, now_ms)
+    mutation = _Mutation(ctx, table, row, condition)
+    mutation.check_condition()
+    old = mutation.old()
+    cells = rowdata.live_cells(table, old.data[1], now_ms) if old is not None else {}
+    size = 0
+    for cell in row.cells:
+        if cell.op is None:
+            ts = now_ms if cell.timestamp is None else cell.timestamp
+            version = _version(cell.name, cell.value, ts)
+            size += len(version[2])
+            _add_version(cells, cell.name, version)
+        elif cell.op == OP_DELETE_ALL:
+            cells.pop(cell.name, None)
+        elif cell.op == OP_DELETE_ONE:
+            remaining = [v for v in cells.get(cell.name, ()) if v[0] != cell.timestamp]
+            if remaining:
+                cells[cell.name] = remaining
+            else:
+                cells.pop(cell.name, None)
+        else:
+            current = cells.get(cell.name)
+            base = current[0][1] if current else 0
+            if type(base) is not int:
+                raise invalid(f"Increment column '{cell.name}' is not an integer column.")
+            total = base + cell.value  # type: ignore[operator]
+            if not INT64_MIN <= total <= INT64_MAX:
+                raise invalid(f"Integer overflow when incrementing column '{cell.name}'.")
+            version = _version(cell.name, total, now_ms)
+            size += len(version[2])
+            _add_version(cells, cell.name, version)
+    for name, versions in cells.items():
+        cells[name] = versions[: table.max_versions]
+    if cells:
+        new = mutation.write(cells)
+    else:
+        # A row left without cells no longer exists (nor is it created by a delete-only update).
+        new = None
+        if old is not None:
+            mutation.write(None)
+    return mutation.result(return_content, new, size + len(mutation.pk))
+
+
+def _check_update_cell(table: TableInfo, cell: Cell, now_ms: int) -> None:
+    if cell.op is None:
+        if cell.value is None:
+            raise invalid(f"The value of column '{cell.name}' is missing in UpdateRow.")
+        _check_value(table, cell.name, cell.value)
+        if cell.timestamp is not None:
+            _check_timestamp(table, cell.name, cell.timestamp, now_ms)
+        return
+    if not NAME_RE.match(cell.name):
+        raise invalid(f"Invalid column name: '{cell.name}'.")
+    if cell.name in table.pk_names:
+        raise invalid(f"Duplicated attribute column name with primary key column: '{cell.name}'.")
+    if cell.op == OP_INCREMENT:
+        if type(cell.value) is not int:
+            raise invalid(f"Increment value of column '{cell.name}' must be an integer.")
+        if cell.timestamp is not None:
+            raise invalid(f"Timestamp cannot be set when incrementing column '{cell.name}'.")
+        return
+    if cell.value is not None:
+        raise invalid(f"Value cannot be set when deleting column '{cell.name}'.")
+    if cell.op == OP_DELETE_ONE and cell.timestamp is None:
+        raise invalid(f"Timestamp must be set when deleting one version of column '{cell.name}'.")
+
+
+def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
+               return_content: pb.ReturnContent) -> WriteResult:
+    if any(v is AUTO_INCREMENT for _, v in row.primary_key):
+        raise invalid("Invalid row to delete which with pk auto increment.")
+    if row.cells:
+        raise invalid("DeleteRow must not carry attribute columns.")
+    mutation = _Mutation(ctx, table, row, condition)
+    mutation.check_condition()
+    if not mutation.needs_old or mutation.old() is not None:
+        mutation.write(None)
+    return mutation.result(return_content, None, len(mutation.pk))
+
+
+# -- single-row APIs -----------------------------------------------------------------------------
+
+
+def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
+    table = get_table(ctx, req.table_name)
+    row = decode_row(req.row)
+    with ctx.storage.transaction():
+        result = put_one(ctx, table, row, req.condition, req.return_content)
+    return pb.PutRowResponse(consumed=result.consumed, row=result.row)
+
+
+def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
+    table = get_table(ctx, req.table_name)
+    row = decode_row(req.row_change)
+    with ctx.storage.transaction():
+        result = update_one(ctx, table, row, req.condition, req.return_content)
+    return pb.UpdateRowResponse(consumed=result.consumed, row=result.row)
+
+
+def delete_row(ctx: Context, req: pb.DeleteRowRequest) -> pb.DeleteRowResponse:
+    table = get_table(ctx, req.table_name)
+    row = decode_row(req.primary_key)
+    with ctx.storage.transaction():
+        result = delete_one(ctx, table, row, req.condition, req.return_content)
+    return pb.DeleteRowResponse(consumed=result.consumed, row=result.row)
+
+
+def _read_spec(table: TableInfo, req: Any) -> ReadSpec:
+    if req.HasField("max_versions"):
+        if req.max_versions <= 0:
+            raise invalid("The maximum versions cannot be less than or equal to 0.")
+        if req.HasField("time_range") and req.time_range.HasField("specific_time"):
+            raise invalid("Specific time and max versions cannot be set at the same time.")
+    elif not req.HasField("time_range"):
+        raise invalid("No version condition is specified while querying row.")
+    time_range = None
+    if req.HasField("time_range"):
+        tr = req.time_range
+        if tr.HasField("specific_time"):
+            if tr.HasField("start_time") or tr.HasField("end_time"):
+                raise invalid("Specific time and time range cannot be set at the same time.")
+            time_range = (tr.specific_time, tr.specific_time + 1)
+        else:
+            if not (tr.HasField("start_time") and tr.HasField("end_time")):
+                raise invalid("Both start time and end time of the time range are required.")
+            if not 0 <= tr.start_time < tr.end_time:
+                raise invalid("Invalid time range: the start time must be less than the end time.")
+            time_range = (tr.start_time, tr.end_time)
+    names = list(dict.fromkeys(req.columns_to_get))
+    if len(names) > MAX_COLUMNS_TO_GET:
+        raise invalid(
+            f"The number of columns from the request exceeds the limit, limit count: "
+            f"{MAX_COLUMNS_TO_GET}, column count: {len(names)}."
+        )
+    pk_names = columns = None
+    if names:
+        pks = set(table.pk_names)
+        pk_names = frozenset(n for n in names if n in pks)
+        columns = frozenset(n for n in names if n not in pks)
+    return ReadSpec(
+        pk_names=pk_names,
+        columns=columns,
+        max_versions=req.max_versions if req.HasField("max_versions") else None,
+        time_range=time_range,
+        filter=compile_filter(req.filter) if req.HasField("filter") else None,
+        start_column=req.start_column if req.HasField("start_column") else None,
+        end_column=req.end_column if req.HasField("end_column") else None,
+    )
+
+
+def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
+    table = get_table(ctx, req.table_name)
+    spec = _read_spec(table, req)
+    with ctx.storage.lock:
+        _, stored = _read_pk(ctx, table, req.primary_key)
+        data = rowdata.read(table, stored, spec, ctx.now_ms) if stored is not None else None
+    body = HEADER + data if data is not None else b""
+    return pb.GetRowResponse(consumed=_consumed(read=_cu(len(body))), row=body)
+
+
+# -- GetRange ------------------------------------------------------------------------------------
+
+
+def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
+    table = get_table(ctx, req.table_name)
+    spec = _read_spec(table, req)
+    start = check_pk(table, decode_primary_key(req.inclusive_start_primary_key), bound=True)
+    end = check_pk(table, decode_primary_key(req.exclusive_end_primary_key), bound=True)
+    start_key, end_key = keycodec.encode_key(start), keycodec.encode_key(end)
+    forward = req.direction == pb.FORWARD
+    if forward and start_key >= end_key:
+        raise invalid("Begin key must less than end key in FORWARD")
+    if not forward and start_key <= end_key:
+        raise invalid("Begin key must more than end key in BACKWARD")
+    if req.HasField("limit") and req.limit <= 0:
+        raise invalid("The limit must be greater than 0.")
+    limit = min(req.limit, PAGE_ROWS) if req.HasField("limit") else PAGE_ROWS
+    # Without a filter every scanned row is returned (bar expired ones), so read no more than
+    # the page needs; with one, scan a full page and let the filter thin it out.
+    fetch = (PAGE_ROWS if spec.filter is not None else limit) + 1
+    now_ms = ctx.now_ms
+    out: list[bytes] = []
+    size = 0
+    next_row: StoredRow | None = None
+    with ctx.storage.lock:
+        scanned = ctx.storage.scan(table.table_id, start_key, end_key, forward, fetch)
+    read = rowdata.read
+    for i, row in enumerate(scanned):
+        if i == PAGE_ROWS:
+            next_row = row
+            break
+        data = read(table, row, spec, now_ms)
+        if data is None:
+            continue
+        if out and size + len(data) > PAGE_BYTES:
+            next_row = row
+            break
+        out.append(data)
+        size += len(data)
+        if len(out) == limit:
+            if i + 1 < len(scanned):
+                next_row = scanned[i + 1]
+            break
+    resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(size)), rows=join_rows(out))
+    if next_row is not None:
+        resp.next_start_primary_key = rowdata.pk_row(next_row)
+    return resp
+
+
+# -- batches -------------------------------------------------------------------------------------
+
+
+def _row_error(e: OTSError) -> pb.Error:
+    return pb.Error(code=e.code, message=e.message)
+
+
+def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowResponse:
+    if not req.tables:
+        raise invalid("No row specified in the request of BatchGetRow.")
+    _check_table_names(t.table_name for t in req.tables)
+    if sum(len(t.primary_key) for t in req.tables) > BATCH_GET_ROWS:
+        raise invalid(f"Rows count exceeds the upper limit: {BATCH_GET_ROWS}.")
+    plan = []
+    for item in req.tables:
+        table = get_table(ctx, item.table_name)
+        plan.append((item, table, _read_spec(table, item), [decode_primary_key(k) for k in item.primary_key]))
+    resp = pb.BatchGetRowResponse()
+    now_ms = ctx.now_ms
+    with ctx.storage.lock:
+        for item, table, spec, keys in plan:
+            out = resp.tables.add(table_name=item.table_name)
+            for pk in keys:
+                result = out.rows.add()
+                try:
+                    key = keycodec.encode_key(check_pk(table, pk))
+                except OTSError as e:
+                    result.is_ok = False
+                    result.error.CopyFrom(_row_error(e))
+                    continue
+                stored = ctx.storage.get(table.table_id, key)
+                data = rowdata.read(table, stored, spec, now_ms) if stored is not None else None
+                body = HEADER + data if data is not None else b""
+                result.is_ok = True
+                result.consumed.CopyFrom(_consumed(read=_cu(len(body))))
+                result.row = body
+    return resp
+
+
+def _check_table_names(names: Any) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise invalid(f"Duplicated table name: {name}")
+        seen.add(name)
+
+
+_BATCH_OPS = {pb.PUT: put_one, pb.DELETE: delete_one}
+
+
+def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> pb.BatchWriteRowResponse:
+    if not req.tables:
+        raise invalid("No row is specified in BatchWriteRow.")
+    _check_table_names(t.table_name for t in req.tables)
+    total = 0
+    size = 0
+    for item in req.tables:
+        if not item.rows:
+            raise invalid(f"No operation is specified for table: '{item.table_name}'.")
+        total += len(item.rows)
+        size += sum(len(r.row_change) for r in item.rows)
+    if total > BATCH_WRITE_ROWS:
+        raise invalid(f"Rows count exceeds the upper limit: {BATCH_WRITE_ROWS}.")
+    if size > BATCH_WRITE_BYTES:
+        raise invalid(
+            "The total data size of BatchWriteRow request exceeds the limit, "
+            f"limit size: {BATCH_WRITE_BYTES}, data size: {size}"
+        )
+    plan = []
+    for item in req.tables:
+        table = get_table(ctx, item.table_name)
+        plan.append((item, table, [decode_row(r.row_change) for r in item.rows]))
+    faults = ctx.server.options.faults
+    resp = pb.BatchWriteRowResponse()
+    with ctx.storage.transaction():
+        for item, table, decoded in plan:
+            out = resp.tables.add(table_name=item.table_name)
+            for request_row, row in zip(item.rows, decoded, strict=True):
+                result = out.rows.add()
+                try:
+                    fault = faults.row_error(ctx.api) if faults is not None else None
+                    if fault is not None:
+                        raise fault
+                    with ctx.storage.savepoint():
+                        if request_row.type == pb.UPDATE:
+                            written = update_one(ctx, table, row, request_row.condition,
+                                                 request_row.return_content, in_batch=True)
+                        else:
+                            op = _BATCH_OPS[request_row.type]
+                            written = op(ctx, table, row, request_row.condition,
+                                         request_row.return_content)
+                except OTSError as e:
+                    result.is_ok = False
+                    result.error.CopyFrom(_row_error(e))
+                    continue
+                result.is_ok = True
+                result.consumed.CopyFrom(written.consumed)
+                if written.row:
+                    result.row = written.row
+    return resp
+
+
+HANDLERS: dict[str, tuple[type, Any]] = {
+    "PutRow": (pb.PutRowRequest, put_row),
+    "GetRow": (pb.GetRowRequest, get_row),
+    "UpdateRow": (pb.UpdateRowRequest, update_row),
+    "DeleteRow": (pb.DeleteRowRequest, delete_row),
+    "BatchGetRow": (pb.BatchGetRowRequest, batch_get_row),
+    "BatchWriteRow": (pb.BatchWriteRowRequest, batch_write_row),
+    "GetRange": (pb.GetRangeRequest, get_range),
+}

@@ -1,0 +1,195 @@
+"""The local server: authentication, dispatch of API names to handlers, runtime knobs, and signed
+responses shaped exactly as the SDK checks them (`protocol._check_headers` / `_check_authorization`).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate.local import rows, tables
+from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
+from tsmigrate.local.errors import OTSError, auth_failed, invalid
+from tsmigrate.local.faults import FaultPlan
+from tsmigrate.local.filters import FilterError
+from tsmigrate.local.model import TableInfo
+from tsmigrate.local.plainbuffer import PlainBufferError
+from tsmigrate.local.storage import Storage, StoredRow
+from tsmigrate.local.transport import HTTPServer, Request, Response
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 5 * 1024 * 1024
+TABLE_OPS_WINDOW_S = 1.0
+TABLE_OPS = frozenset(
+    {"CreateTable", "DeleteTable", "UpdateTable", "DescribeTable", "ListTable", "CreateIndex",
+     "DropIndex"}
+)
+Handler = Callable[["Context", Any], Message]
+# Called after every row mutation inside the request's transaction, with the row before and after
+# (None when absent). Secondary-index maintenance and streams hook in here.
+MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
+
+HANDLERS: dict[str, tuple[type[Message], Handler]] = {**tables.HANDLERS, **rows.HANDLERS}
+
+
+@dataclass
+class Context:
+    """What a handler may use: the server, the caller's instance and the request's clock."""
+
+    server: LocalServer
+    instance: str
+    api: str
+    now: float  # seconds since the epoch
+
+    @property
+    def storage(self) -> Storage:
+        return self.server.storage
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.now * 1000)
+
+
+@dataclass
+class ServerOptions:
+    """Runtime knobs; change them on `server.options` while the server runs."""
+
+    latency_ms: float = 0.0
+    table_ops_per_s: int = 0  # 0: no limit
+    cu_adjust_interval_s: float = 120.0  # minimum spacing of reserved-throughput changes
+    faults: FaultPlan | None = None
+    allow_any_instance: bool = False  # accept (and create on first use) any instance name
+    instances: set[str] = field(default_factory=lambda: {"local"})
+
+
+class LocalServer:
+    def __init__(
+        self,
+        credentials: Credentials,
+        data_dir: str | None = None,
+        options: ServerOptions | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.credentials = credentials
+        self.options = options or ServerOptions()
+        self.storage = Storage(data_dir)
+        self.mutation_hooks: list[MutationHook] = []
+        self.clock_offset = 0.0  # seconds added to the wall clock (tests move time forward)
+        self._table_ops: dict[str, collections.deque[float]] = {}
+        self._rate_lock = threading.Lock()
+        self._http = HTTPServer(host, port, self.handle, MAX_BODY)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self._http.host}:{self._http.port}"
+
+    def start(self) -> LocalServer:
+        self._http.start()
+        return self
+
+    def close(self) -> None:
+        self._http.close()
+        self.storage.close()
+
+    def now(self) -> float:
+        return time.time() + self.clock_offset
+
+    def add_instance(self, name: str) -> None:
+        self.options.instances.add(name)
+
+    # -- request handling ------------------------------------------------------------------------
+
+    def handle(self, req: Request) -> Response:
+        start = time.monotonic()
+        uri, _, query = req.path.partition("?")
+        api = uri.rsplit("/", 1)[-1]
+        caller: Caller | None = None
+        try:
+            if req.method != "POST":
+                raise OTSError(
+                    405, "OTSMethodNotAllowed", "Only POST method for requests is supported."
+                )
+            if req.body_too_large:
+                raise OTSError(413, "OTSRequestBodyTooLarge", "The size of POST data is too large.")
+            now = self.now()
+            caller = verify_request("/" + api, query, req.headers, req.body, self.credentials, now)
+            self._check_instance(caller.instance)
+            entry = HANDLERS.get(api)
+            if entry is None:
+                raise invalid(f"Unsupported operation: {api}.")
+            self._admit(api, caller.instance, now)
+            request_cls, handler = entry
+            message = request_cls()
+            try:
+                message.ParseFromString(req.body)
+            except DecodeError:
+                raise invalid("Failed to parse the ProtoBuf message.") from None
+            ctx = Context(self, caller.instance, api, now)
+            status, body = 200, handler(ctx, message).SerializeToString()
+        except OTSError as e:
+            status, body = e.status, _error_body(e.code, e.message)
+        except PlainBufferError as e:
+            status, body = 400, _error_body("OTSParameterInvalid", f"Invalid PlainBuffer: {e}")
+        except FilterError as e:
+            status, body = 400, _error_body("OTSParameterInvalid", str(e))
+        except Exception:
+            log.exception("internal error serving %s", api)
+            status, body = 500, _error_body("OTSInternalServerError", "Internal server error.")
+        latency = self.options.latency_ms / 1000.0 - (time.monotonic() - start)
+        if latency > 0:
+            time.sleep(latency)
+        return status, self._headers(api, body, caller), body
+
+    def _check_instance(self, instance: str) -> None:
+        if instance in self.options.instances:
+            return
+        if self.options.allow_any_instance:
+            self.options.instances.add(instance)
+            return
+        raise auth_failed(f"The instance is not found: {instance}.")
+
+    def _admit(self, api: str, instance: str, now: float) -> None:
+        """Injected faults and the table-operation rate limit, before anything is done."""
+        opts = self.options
+        if opts.faults is not None:
+            error = opts.faults.request_error(api)
+            if error is not None:
+                raise error
+        if opts.table_ops_per_s > 0 and api in TABLE_OPS:
+            with self._rate_lock:
+                window = self._table_ops.setdefault(instance, collections.deque())
+                while window and now - window[0] >= TABLE_OPS_WINDOW_S:
+                    window.popleft()
+                if len(window) >= opts.table_ops_per_s:
+                    raise OTSError(403, "OTSQuotaExhausted", "Too frequent table operations.")
+                window.append(now)
+
+    def _headers(self, api: str, body: bytes, caller: Caller | None) -> list[tuple[str, str]]:
+        t = time.time()
+        date = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+        ots = {
+            "x-ots-contentmd5": content_md5(body),
+            "x-ots-requestid": str(uuid.uuid4()),
+            "x-ots-date": date,
+            "x-ots-contenttype": "protocol buffer",
+        }
+        headers = list(ots.items())
+        if caller is not None:
+            signature = sign_response(caller.signing_key, "/" + api, ots)
+            headers.append(("Authorization", f"OTS {caller.access_key_id}:{signature}"))
+        return headers
+
+
+def _error_body(code: str, message: str) -> bytes:
+    return pb.Error(code=code, message=message).SerializeToString()

@@ -1,0 +1,193 @@
+"""SQLite storage: table metadata and rows, durable in a directory or in memory.
+
+Rows live in one `WITHOUT ROWID` table keyed by (table_id, order-preserving key), so a GetRange is
+an index range scan. Per row we keep the encoded PK cells and their checksums, every cell version
+with its encoded PlainBuffer cell (value + timestamp) and checksum, and `latest`: the complete
+encoded row of the newest versions, so the common read (max_versions=1, whole row) is a copy.
+
+One connection serialised by a lock: SQLite has one writer anyway, and under the GIL parallel
+readers would gain little. Each request runs in one transaction, so a failed request leaves nothing.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from tsmigrate.local.model import TableInfo
+
+DB_FILE = "tablestore.sqlite3"
+
+# (timestamp ms, value, encoded cell bytes, cell checksum), newest first per column.
+Version = tuple[int, object, bytes, int]
+# Column name -> versions, in column-name order (the order rows are returned in).
+Cells = dict[str, list[Version]]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tables (
+    instance TEXT NOT NULL, name TEXT NOT NULL, table_id INTEGER NOT NULL, meta TEXT NOT NULL,
+    PRIMARY KEY (instance, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rows (
+    t INTEGER NOT NULL, k BLOB NOT NULL, pk BLOB NOT NULL, pkc BLOB NOT NULL,
+    latest BLOB NOT NULL, mints INTEGER, cells BLOB NOT NULL,
+    PRIMARY KEY (t, k)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+class StoredRow(NamedTuple):
+    """One stored row; `pk`/`pkc` are the encoded PK cells and their checksums, `latest` the
+    encoded row (no header) of the newest version of every column."""
+
+    key: bytes
+    pk: bytes
+    pkc: bytes
+    latest: bytes
+    mints: int | None  # oldest timestamp among the newest versions (TTL fast path)
+    blob: bytes  # marshal of (pk values, cells)
+
+    @property
+    def data(self) -> tuple[tuple[object, ...], Cells]:
+        return marshal.loads(self.blob)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def pack(pk_values: tuple[object, ...], cells: Cells) -> bytes:
+        return marshal.dumps((pk_values, cells))
+
+
+class Storage:
+    def __init__(self, data_dir: str | None = None) -> None:
+        if data_dir is None:
+            path = ":memory:"
+        else:
+            os.makedirs(data_dir, exist_ok=True)
+            path = os.path.join(data_dir, DB_FILE)
+        self.lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        if data_dir is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode survives process crashes; only power loss can drop the last commits.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA cache_size=-65536")
+        self._db.executescript(_SCHEMA)
+        self._tables: dict[tuple[str, str], TableInfo] = {}
+        for instance, meta in self._db.execute("SELECT instance, meta FROM tables"):
+            info = TableInfo.from_json(meta)
+            self._tables[(instance, info.name)] = info
+        self._in_txn = False
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run the block atomically; nested uses join the outer transaction."""
+        with self.lock:
+            if self._in_txn:
+                yield
+                return
+            self._db.execute("BEGIN")
+            self._in_txn = True
+            cached = dict(self._tables)
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._tables = cached
+                raise
+            else:
+                self._db.execute("COMMIT")
+            finally:
+                self._in_txn = False
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: undo only this block's writes if it fails (one batch row)."""
+        self._db.execute("SAVEPOINT row")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK TO row")
+            self._db.execute("RELEASE row")
+            raise
+        else:
+            self._db.execute("RELEASE row")
+
+    # -- tables ---------------------------------------------------------------------------------
+
+    def table(self, instance: str, name: str) -> TableInfo | None:
+        return self._tables.get((instance, name))
+
+    def tables(self, instance: str) -> list[TableInfo]:
+        return [info for (inst, _), info in self._tables.items() if inst == instance]
+
+    def new_table_id(self) -> int:
+        return self._next_counter("table_id", 1)
+
+    def save_table(self, instance: str, info: TableInfo) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO tables (instance, name, table_id, meta) VALUES (?, ?, ?, ?)",
+            (instance, info.name, info.table_id, info.to_json()),
+        )
+        self._tables[(instance, info.name)] = info
+
+    def drop_table(self, instance: str, info: TableInfo) -> None:
+        self._db.execute("DELETE FROM tables WHERE instance = ? AND name = ?", (instance, info.name))
+        self._db.execute("DELETE FROM rows WHERE t = ?", (info.table_id,))
+        self._db.execute("DELETE FROM counters WHERE name = ?", (f"autoinc:{info.table_id}",))
+        del self._tables[(instance, info.name)]
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def get(self, table_id: int, key: bytes) -> StoredRow | None:
+        row = self._db.execute(
+            "SELECT k, pk, pkc, latest, mints, cells FROM rows WHERE t = ? AND k = ?",
+            (table_id, key),
+        ).fetchone()
+        return None if row is None else StoredRow(*row)
+
+    def put(self, table_id: int, row: StoredRow) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (table_id, *row),
+        )
+
+    def delete(self, table_id: int, key: bytes) -> None:
+        self._db.execute("DELETE FROM rows WHERE t = ? AND k = ?", (table_id, key))
+
+    def scan(
+        self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
+    ) -> list[StoredRow]:
+        """Rows in [start, end) forward, or in (end, start] backward, at most `limit`."""
+        if forward:
+            sql = (
+                "SELECT k, pk, pkc, latest, mints, cells FROM rows"
+                " WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?"
+            )
+        else:
+            sql = (
+                "SELECT k, pk, pkc, latest, mints, cells FROM rows"
+                " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
+            )
+        return [StoredRow(*r) for r in self._db.execute(sql, (table_id, start, end, limit))]
+
+    def next_auto_increment(self, table_id: int, floor: int) -> int:
+        """A value above every one handed out for the table, and at least `floor`."""
+        name = f"autoinc:{table_id}"
+        row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        value = max(floor, (row[0] + 1) if row else floor)
+        self._db.execute("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", (name, value))
+        return value
+
+    def _next_counter(self, name: str, start: int) -> int:
+        row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        value = row[0] + 1 if row else start
+        self._db.execute("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", (name, value))
+        return value
