@@ -1,8 +1,114 @@
-"""`tsmigrate local ...`: run the local Tablestore-compatible server (placeholder, being built)."""
+"""`tsmigrate local ...`: run the local, Tablestore-compatible server."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
 
 import click
+
+from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+from tsmigrate.local.faults import HELP as FAULT_HELP
 
 
 @click.group()
 def local() -> None:
     """Run a local, Tablestore-compatible server."""
+
+
+@local.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8801, show_default=True, type=int, help="Port (0: any free port).")
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    help="Directory holding the data (kept across restarts).",
+)
+@click.option("--memory", is_flag=True, help="Keep data in memory only (the default without --data).")
+@click.option("--instance", default="local", show_default=True, help="Instance name clients use.")
+@click.option("--any-instance", is_flag=True, help="Accept any instance name (each one separate).")
+@click.option("--access-key-id", default=DEFAULT_ACCESS_KEY_ID, show_default=True)
+@click.option(
+    "--access-key-secret",
+    default=DEFAULT_ACCESS_KEY_SECRET,
+    envvar="TSMIGRATE_LOCAL_SECRET",
+    help="Secret of the access key (or $TSMIGRATE_LOCAL_SECRET); default: the built-in one.",
+)
+@click.option("--sts-token", help="Also accept this STS token with the access key.")
+@click.option("--latency-ms", default=0.0, type=float, help="Added latency per request.")
+@click.option(
+    "--table-ops-per-s",
+    default=0,
+    type=int,
+    help="Limit table operations per second per instance (the service allows 10); 0: no limit.",
+)
+@click.option(
+    "--cu-adjust-interval-s",
+    default=120.0,
+    show_default=True,
+    type=float,
+    help="Minimum spacing of reserved-throughput changes per table.",
+)
+@click.option("--fault", "fault_spec", default="", help=FAULT_HELP)
+def serve(
+    host: str,
+    port: int,
+    data_dir: str | None,
+    memory: bool,
+    instance: str,
+    any_instance: bool,
+    access_key_id: str,
+    access_key_secret: str,
+    sts_token: str | None,
+    latency_ms: float,
+    table_ops_per_s: int,
+    cu_adjust_interval_s: float,
+    fault_spec: str,
+) -> None:
+    """Serve the Tablestore wire protocol until SIGINT/SIGTERM; prints the endpoint when ready."""
+    # The SDK (whose protobuf modules we use) warns at import about its optional native codecs.
+    logging.getLogger("tablestore").addHandler(logging.NullHandler())
+    from tsmigrate.local.auth import Credentials
+    from tsmigrate.local.faults import FaultPlan
+    from tsmigrate.local.server import LocalServer, ServerOptions
+
+    if data_dir and memory:
+        raise click.UsageError("--data and --memory are mutually exclusive")
+    try:
+        faults = FaultPlan.parse(fault_spec) if fault_spec else None
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--fault") from None
+    options = ServerOptions(
+        latency_ms=latency_ms,
+        table_ops_per_s=table_ops_per_s,
+        cu_adjust_interval_s=cu_adjust_interval_s,
+        faults=faults,
+        allow_any_instance=any_instance,
+        instances={instance},
+    )
+    tokens = {sts_token: access_key_id} if sts_token else {}
+    credentials = Credentials({access_key_id: access_key_secret}, tokens)
+    try:
+        server = LocalServer(credentials, data_dir=data_dir, options=options, host=host, port=port)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server.start()
+    where = data_dir or "memory"
+    click.echo(f"instance {instance}, access key id {access_key_id}, data in {where}", err=True)
+    click.echo(server.endpoint)
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        pass
+    server.close()
+    click.echo("stopped", err=True)
