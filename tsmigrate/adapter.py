@@ -1,0 +1,283 @@
+"""The only door to the Tablestore SDK: IR <-> SDK objects, inspection, and step execution.
+
+Inspection issues its describe calls concurrently (a thread pool over the SDK's thread-safe
+client); everything else in tsmigrate sees only IR values and Steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import tablestore as ts
+from tablestore import metadata as md
+
+from tsmigrate import ops
+from tsmigrate.schema import (
+    GLOBAL,
+    LOCAL,
+    Catalog,
+    DefinedColumn,
+    IndexSorter,
+    PrimaryKeyColumn,
+    ReservedThroughput,
+    SearchField,
+    SearchIndex,
+    SecondaryIndex,
+    Table,
+    TableOptions,
+)
+
+_FIELD_TYPES = {
+    "LONG": md.FieldType.LONG, "DOUBLE": md.FieldType.DOUBLE, "BOOLEAN": md.FieldType.BOOLEAN,
+    "KEYWORD": md.FieldType.KEYWORD, "TEXT": md.FieldType.TEXT, "NESTED": md.FieldType.NESTED,
+    "GEO_POINT": md.FieldType.GEOPOINT, "DATE": md.FieldType.DATE, "VECTOR": md.FieldType.VECTOR,
+    "JSON": md.FieldType.JSON,
+}
+_FIELD_NAMES = {v: k for k, v in _FIELD_TYPES.items()}
+_METRICS = {
+    "euclidean": md.VectorMetricType.VM_EUCLIDEAN,
+    "cosine": md.VectorMetricType.VM_COSINE,
+    "dot_product": md.VectorMetricType.VM_DOT_PRODUCT,
+}
+_SORT_MODES = {"MIN": md.SortMode.MIN, "MAX": md.SortMode.MAX, "AVG": md.SortMode.AVG}
+_ANALYZER_PARAMETERS = {
+    "single_word": md.SingleWordAnalyzerParameter,
+    "split": md.SplitAnalyzerParameter,
+    "fuzzy": md.FuzzyAnalyzerParameter,
+}
+INSPECT_WORKERS = 16
+
+
+# --- IR -> SDK -----------------------------------------------------------------------------------
+
+
+def _sdk_field(field: SearchField) -> md.FieldSchema:
+    parameter = None
+    if field.analyzer_parameters and field.analyzer in _ANALYZER_PARAMETERS:
+        parameter = _ANALYZER_PARAMETERS[field.analyzer](**dict(field.analyzer_parameters))
+    vector = None
+    if field.type == "VECTOR":
+        vector = md.VectorOptions(
+            md.VectorDataType.VD_FLOAT_32, _METRICS[field.vector_metric or "euclidean"],
+            field.vector_dimension,
+        )
+    nested = field.type == "NESTED"
+    return md.FieldSchema(
+        field.name,
+        _FIELD_TYPES[field.type],
+        index=field.index,
+        store=field.store,
+        is_array=field.is_array,
+        enable_sort_and_agg=None if nested else field.sort_and_agg,
+        analyzer=field.analyzer,
+        sub_field_schemas=[_sdk_field(f) for f in field.sub_fields] or None,
+        analyzer_parameter=parameter,
+        date_formats=list(field.date_formats) or None,
+        vector_options=vector,
+    )
+
+
+def sdk_search_index(index: SearchIndex) -> md.SearchIndexMeta:
+    sorters: list[Any] = []
+    for sorter in index.index_sort:
+        order = md.SortOrder.DESC if sorter.order == "DESC" else md.SortOrder.ASC
+        if sorter.field is None:
+            sorters.append(md.PrimaryKeySort(order))
+        else:
+            sorters.append(md.FieldSort(sorter.field, order, _SORT_MODES.get(sorter.mode or "")))
+    return md.SearchIndexMeta(
+        [_sdk_field(f) for f in index.fields],
+        index_setting=md.IndexSetting(list(index.routing_fields)) if index.routing_fields else None,
+        index_sort=md.Sort(sorters) if sorters else None,
+        time_to_live=index.time_to_live,
+    )
+
+
+def sdk_secondary_index(index: SecondaryIndex) -> md.SecondaryIndexMeta:
+    kind = md.SecondaryIndexType.LOCAL_INDEX if index.type == LOCAL else md.SecondaryIndexType.GLOBAL_INDEX
+    return md.SecondaryIndexMeta(index.name, list(index.keys), list(index.include), index_type=kind)
+
+
+def sdk_options(options: TableOptions) -> md.TableOptions:
+    return md.TableOptions(
+        options.time_to_live, options.max_versions, options.max_time_deviation, options.allow_update
+    )
+
+
+# --- SDK -> IR -----------------------------------------------------------------------------------
+
+
+def _ir_field(field: md.FieldSchema) -> SearchField:
+    parameters: dict[str, Any] = {}
+    if field.analyzer_parameter is not None:
+        parameters = dict(vars(field.analyzer_parameter))
+    vector = field.vector_options
+    metric = None
+    if vector is not None:
+        metric = next(k for k, v in _METRICS.items() if v == vector.metric_type)
+    return SearchField(
+        name=field.field_name,
+        type=_FIELD_NAMES[md.FieldType(field.field_type)],
+        index=bool(field.index) if field.index is not None else True,
+        sort_and_agg=bool(field.enable_sort_and_agg),
+        store=bool(field.store),
+        is_array=bool(field.is_array),
+        analyzer=field.analyzer or None,
+        analyzer_parameters=parameters,
+        sub_fields=[_ir_field(f) for f in field.sub_field_schemas or ()],
+        date_formats=tuple(field.date_formats or ()),
+        vector_dimension=vector.dimension if vector is not None else None,
+        vector_metric=metric,
+    )
+
+
+def ir_search_index(name: str, meta: md.SearchIndexMeta) -> SearchIndex:
+    sorters = []
+    for sorter in meta.index_sort.sorters if meta.index_sort else ():
+        order = "DESC" if sorter.sort_order == md.SortOrder.DESC else "ASC"
+        if isinstance(sorter, md.PrimaryKeySort):
+            sorters.append(IndexSorter(None, order))
+        else:
+            mode = next((k for k, v in _SORT_MODES.items() if v == sorter.sort_mode), None)
+            sorters.append(IndexSorter(sorter.field_name, order, mode))
+    routing = meta.index_setting.routing_fields if meta.index_setting else ()
+    return SearchIndex(
+        name=name,
+        fields=[_ir_field(f) for f in meta.fields],
+        routing_fields=tuple(routing or ()),
+        index_sort=sorters,
+        time_to_live=meta.time_to_live if meta.time_to_live is not None else -1,
+    )
+
+
+def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
+    meta = describe.table_meta
+    options = describe.table_options
+    capacity = describe.reserved_throughput_details.capacity_unit
+    return Table(
+        name=meta.table_name,
+        primary_key=[
+            PrimaryKeyColumn(
+                name=column[0], type=column[1], auto_increment=len(column) > 2 and column[2] == ts.PK_AUTO_INCR
+            )
+            for column in meta.schema_of_primary_key
+        ],
+        defined_columns=[DefinedColumn(n, t) for n, t in meta.defined_columns or ()],
+        options=TableOptions(
+            time_to_live=options.time_to_live,
+            max_versions=options.max_version,
+            max_time_deviation=options.max_time_deviation,
+            allow_update=True if options.allow_update is None else bool(options.allow_update),
+        ),
+        throughput=ReservedThroughput(capacity.read or 0, capacity.write or 0),
+        secondary_indexes=[
+            SecondaryIndex(
+                name=index.index_name,
+                keys=tuple(index.primary_key_names),
+                include=tuple(index.defined_column_names or ()),
+                type=LOCAL if index.index_type == md.SecondaryIndexType.LOCAL_INDEX else GLOBAL,
+            )
+            for index in describe.secondary_indexes or ()
+        ],
+        search_indexes=search_indexes,
+    )
+
+
+# --- inspection ----------------------------------------------------------------------------------
+
+
+def inspect(client: ts.OTSClient, *, exclude: tuple[str, ...] = (), workers: int = INSPECT_WORKERS) -> Catalog:
+    """The live instance as IR. Describe calls run concurrently; the SDK's retry policy absorbs
+    the service's throttling of table operations."""
+    names = [n for n in client.list_table() if n not in exclude]
+
+    def one(name: str) -> Table:
+        describe = client.describe_table(name)
+        search = []
+        for _table, index_name in client.list_search_index(name):
+            meta, _sync = client.describe_search_index(name, index_name)
+            search.append(ir_search_index(index_name, meta))
+        return ir_table(describe, search)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
+        tables = list(pool.map(one, names))
+    return Catalog(tables=tables)
+
+
+# --- execution -----------------------------------------------------------------------------------
+
+
+def _create_table(client: ts.OTSClient, step: ops.CreateTable) -> None:
+    table = step.definition
+    meta = md.TableMeta(
+        table.name,
+        [
+            (c.name, c.type, ts.PK_AUTO_INCR) if c.auto_increment else (c.name, c.type)
+            for c in table.primary_key
+        ],
+        [(c.name, c.type) for c in table.defined_columns],
+    )
+    client.create_table(
+        meta,
+        sdk_options(table.options),
+        md.ReservedThroughput(md.CapacityUnit(table.throughput.read, table.throughput.write)),
+        [sdk_secondary_index(i) for i in table.secondary_indexes] or None,
+    )
+
+
+def _update_options(client: ts.OTSClient, step: ops.UpdateOptions) -> None:
+    client.update_table(step.table, table_options=sdk_options(step.after))
+
+
+def _update_throughput(client: ts.OTSClient, step: ops.UpdateThroughput) -> None:
+    client.update_table(
+        step.table,
+        reserved_throughput=md.ReservedThroughput(md.CapacityUnit(step.after.read, step.after.write)),
+    )
+
+
+def _create_index(client: ts.OTSClient, step: ops.CreateIndex) -> None:
+    client.create_secondary_index(step.table, sdk_secondary_index(step.index), step.index.include_base_data)
+
+
+def _update_search_ttl(client: ts.OTSClient, step: ops.UpdateSearchIndexTTL) -> None:
+    client.update_search_index(step.table, step.index, md.SearchIndexMeta(None, time_to_live=step.after))
+
+
+EXECUTORS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
+    ops.CreateTable: _create_table,
+    ops.DropTable: lambda client, step: client.delete_table(step.table),
+    ops.UpdateOptions: _update_options,
+    ops.UpdateThroughput: _update_throughput,
+    ops.CreateIndex: _create_index,
+    ops.DropIndex: lambda client, step: client.delete_secondary_index(step.table, step.index.name),
+    ops.CreateSearchIndex: lambda client, step: client.create_search_index(
+        step.table, step.index.name, sdk_search_index(step.index)
+    ),
+    ops.DropSearchIndex: lambda client, step: client.delete_search_index(step.table, step.index.name),
+    ops.UpdateSearchIndexTTL: _update_search_ttl,
+}
+
+
+class UnsupportedStep(Exception):
+    """The step needs an API the SDK lacks and the raw client does not offer yet."""
+
+
+def execute(client: ts.OTSClient, step: ops.Step) -> None:
+    try:
+        run = EXECUTORS[type(step)]
+    except KeyError:
+        raise UnsupportedStep(f"{step.kind} cannot be executed yet: {step.summary()}") from None
+    run(client, step)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 120.0, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return False
