@@ -161,7 +161,9 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
         name=meta.table_name,
         primary_key=[
             PrimaryKeyColumn(
-                name=column[0], type=column[1], auto_increment=len(column) > 2 and column[2] == ts.PK_AUTO_INCR
+                name=column[0],
+                type=column[1],
+                auto_increment=len(column) > 2 and column[2] == ts.PK_AUTO_INCR,
             )
             for column in meta.schema_of_primary_key
         ],
@@ -189,7 +191,9 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 # --- inspection ----------------------------------------------------------------------------------
 
 
-def inspect(client: ts.OTSClient, *, exclude: tuple[str, ...] = (), workers: int = INSPECT_WORKERS) -> Catalog:
+def inspect(
+    client: ts.OTSClient, *, exclude: tuple[str, ...] = (), workers: int = INSPECT_WORKERS
+) -> Catalog:
     """The live instance as IR. Describe calls run concurrently; the SDK's retry policy absorbs
     the service's throttling of table operations."""
     names = [n for n in client.list_table() if n not in exclude]
