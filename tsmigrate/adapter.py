@@ -7,14 +7,17 @@ client); everything else in tsmigrate sees only IR values and Steps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import tablestore as ts
+import urllib3.exceptions
 from tablestore import metadata as md
 
 from tsmigrate import ops
+from tsmigrate.errors import TsmigrateError
 from tsmigrate.schema import (
     GLOBAL,
     LOCAL,
@@ -49,6 +52,28 @@ _ANALYZER_PARAMETERS = {
     "fuzzy": md.FuzzyAnalyzerParameter,
 }
 INSPECT_WORKERS = 16
+
+
+class TargetError(TsmigrateError):
+    """The instance refused a request or could not be reached."""
+
+
+@contextmanager
+def service_errors(target: str) -> Iterator[None]:
+    """Turn the SDK's and the network's exceptions into one clear TargetError."""
+    try:
+        yield
+    except ts.OTSServiceError as exc:
+        hint = ""
+        if exc.code == "OTSAuthFailed":
+            hint = " (check ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET and the instance name)"
+        raise TargetError(
+            f"{target} answered {exc.http_status} {exc.code}: {exc.message}{hint}"
+        ) from None
+    except ts.OTSClientError as exc:
+        raise TargetError(f"talking to {target} failed: {exc.message}") from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TargetError(f"cannot reach {target}: {exc}") from None
 
 
 # --- IR -> SDK -----------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""Which instance a command talks to, and a connection to it.
+
+In order of precedence: ``--endpoint URL --instance NAME``; ``--target NAME`` (a named target in
+``[tool.tsmigrate.targets.NAME]`` with ``endpoint`` and ``instance``); the environment
+(``TSMIGRATE_ENDPOINT`` / ``TSMIGRATE_INSTANCE``). Credentials come only from the environment
+(``ALIBABA_CLOUD_ACCESS_KEY_ID``, ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``, optional
+``ALIBABA_CLOUD_SECURITY_TOKEN``), never from files or flags, and are never printed.
+
+With nothing configured, the target is the embedded local instance: a local Tablestore-compatible
+server started in this process over the data kept under ``.tsmigrate/local`` in the project.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tsmigrate.config import Project
+from tsmigrate.errors import ConfigError
+
+LOCAL_DATA = Path(".tsmigrate") / "local"
+LOCAL_INSTANCE = "local"
+
+
+@attrs.frozen
+class Target:
+    endpoint: str | None  # None: the embedded local instance
+    instance: str
+    name: str
+
+    @property
+    def embedded(self) -> bool:
+        return self.endpoint is None
+
+    def describe(self) -> str:
+        if self.embedded:
+            return f"embedded local instance '{self.instance}'"
+        return f"{self.name} ({self.endpoint}, instance '{self.instance}')"
+
+
+def resolve_target(
+    project: Project,
+    *,
+    target: str | None = None,
+    endpoint: str | None = None,
+    instance: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Target:
+    if endpoint or instance:
+        if not (endpoint and instance):
+            raise ConfigError("--endpoint and --instance go together; give both")
+        return Target(endpoint, instance, "command line")
+    if target:
+        targets = project.settings.get("targets", {})
+        if target not in targets:
+            known = ", ".join(sorted(targets)) or "none configured"
+            raise ConfigError(
+                f"unknown target {target!r} (known: {known}); declare it in pyproject.toml as "
+                f"[tool.tsmigrate.targets.{target}] with endpoint and instance"
+            )
+        spec = targets[target]
+        if target == "local" and not spec.get("endpoint"):
+            return Target(None, spec.get("instance", LOCAL_INSTANCE), target)
+        if not isinstance(spec, dict) or not spec.get("endpoint") or not spec.get("instance"):
+            raise ConfigError(f"target {target!r} needs both endpoint and instance")
+        return Target(spec["endpoint"], spec["instance"], target)
+    env_endpoint = environ.get("TSMIGRATE_ENDPOINT")
+    env_instance = environ.get("TSMIGRATE_INSTANCE")
+    if env_endpoint or env_instance:
+        if not (env_endpoint and env_instance):
+            raise ConfigError("set both TSMIGRATE_ENDPOINT and TSMIGRATE_INSTANCE, or neither")
+        return Target(env_endpoint, env_instance, "environment")
+    return Target(None, LOCAL_INSTANCE, "local")
+
+
+def credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str | None]:
+    key_id = environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
+    secret = environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+    if not key_id or not secret:
+        raise ConfigError(
+            "no credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET "
+            "(and ALIBABA_CLOUD_SECURITY_TOKEN for STS) in the environment"
+        )
+    return key_id, secret, environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
+
+
+@contextmanager
+def connect(project: Project, target: Target, **client_options: Any) -> Iterator[Any]:
+    """An OTSClient for the target; for the embedded instance, the server runs meanwhile."""
+    from tablestore import OTSClient
+
+    if target.embedded:
+        from tsmigrate.local.testing import local_tablestore
+
+        data_dir = project.root / LOCAL_DATA
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with local_tablestore(memory=False, data_dir=str(data_dir), instance=target.instance) as ots:
+            yield ots.client(**client_options)
+        return
+    key_id, secret, token = credentials()
+    yield OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
