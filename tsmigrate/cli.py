@@ -191,3 +191,7 @@ def _mount_local() -> None:
 
 
 _mount_local()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""`tsmigrate plan` / `inspect` end to end: a real subprocess, the embedded local instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "tsmigrate.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120, env=environ,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (tmp_path / "app_models.py").write_text(textwrap.dedent("""
+        from tsmigrate import Column, GlobalIndex, Model, PrimaryKey
+
+        class Order(Model, table="orders"):
+            user_id = PrimaryKey(str)
+            order_id = PrimaryKey(int)
+            status = Column(str, defined=True)
+            by_status = GlobalIndex(keys=["status"])
+    """))
+    return tmp_path
+
+
+def test_plan_on_fresh_project_uses_embedded_instance(project: Path):
+    result = _run(project, "plan")
+    assert result.returncode == 0, result.stderr
+    assert "embedded local instance" in result.stdout
+    assert "create table orders (user_id STRING, order_id INTEGER) with 1 secondary index" in result.stdout
+    assert (project / ".tsmigrate" / "local").is_dir()
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_formats_and_detailed_exitcode(project: Path):
+    changed = _run(project, "plan", "--format", "json", "--detailed-exitcode", "--out", "plan.json")
+    assert changed.returncode == 2, changed.stderr
+    data = json.loads(changed.stdout)
+    assert data["has_changes"] is True
+    assert [s["kind"] for s in data["steps"]] == ["create_table"]
+    assert json.loads((project / "plan.json").read_text()) == data
+    markdown = _run(project, "plan", "--format", "markdown")
+    assert markdown.returncode == 0
+    assert "| 1 | `+` | create table orders" in markdown.stdout
+
+
+def test_inspect_empty_instance(project: Path):
+    result = _run(project, "inspect", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tables"] == []
+
+
+def test_unreachable_endpoint_and_missing_credentials(project: Path):
+    no_creds = _run(project, "plan", "--endpoint", "http://127.0.0.1:9", "--instance", "x")
+    assert no_creds.returncode == 1
+    assert "ALIBABA_CLOUD_ACCESS_KEY_ID" in no_creds.stderr
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "id", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s3cr3t-value"}
+    down = _run(project, "plan", "--endpoint", "http://127.0.0.1:9", "--instance", "x", env=env)
+    assert down.returncode == 1
+    assert "cannot reach" in down.stderr
+    assert "s3cr3t-value" not in down.stderr + down.stdout
+    assert "Traceback" not in down.stderr
+
+
+def test_wrong_credentials_against_a_local_server(project: Path, local_ots):
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": local_ots.access_key_id,
+           "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "wrong-secret"}
+    result = _run(project, "plan", "--endpoint", local_ots.endpoint, "--instance", local_ots.instance,
+                  env=env)
+    assert result.returncode == 1
+    assert "OTSAuthFailed" in result.stderr
+    assert "wrong-secret" not in result.stderr
+
+
+def test_unknown_target_and_broken_models(project: Path):
+    unknown = _run(project, "plan", "--target", "prod")
+    assert unknown.returncode == 1
+    assert "unknown target 'prod'" in unknown.stderr
+    (project / "app_models.py").write_text("import does_not_exist\n")
+    broken = _run(project, "plan")
+    assert broken.returncode == 1
+    assert "cannot import models module 'app_models'" in broken.stderr
+    assert "Traceback" not in broken.stderr
