@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 # PK types by protobuf enum value (table_store.proto PrimaryKeyType).
 PK_INTEGER = 1
@@ -57,9 +58,13 @@ class TableInfo:
     indexes: list[IndexInfo] = field(default_factory=list)
     creation_time: int = 0  # microseconds
 
-    @property
+    @cached_property
     def pk_names(self) -> list[str]:
         return [c.name for c in self.primary_key]
+
+    @cached_property
+    def pk_name_set(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.primary_key)
 
     def to_json(self) -> str:
         data = asdict(self)

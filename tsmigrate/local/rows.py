@@ -7,6 +7,8 @@ batch row that fails leaves nothing behind. After each row mutation the server's
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import keycodec, rowdata
+from tsmigrate.local import fastrow, keycodec, rowdata
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
 from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, TableInfo
@@ -131,25 +133,35 @@ def _read_pk(ctx: Context, table: TableInfo, data: bytes) -> tuple[bytes, Stored
 # -- attribute columns ---------------------------------------------------------------------------
 
 
+_valid_names: set[str] = set()  # column names that passed NAME_RE (names repeat across rows)
+
+
 def _check_value(table: TableInfo, name: str, value: object) -> None:
-    if not NAME_RE.match(name):
-        raise invalid(f"Invalid column name: '{name}'.")
-    if name in table.pk_names:
+    if name not in _valid_names:
+        if not NAME_RE.match(name):
+            raise invalid(f"Invalid column name: '{name}'.")
+        if len(_valid_names) < 65536:
+            _valid_names.add(name)
+    if name in table.pk_name_set:
         raise invalid(f"Duplicated attribute column name with primary key column: '{name}'.")
     t = type(value)
+    if t is int or t is bool:
+        return
     if t is float:
         if math.isnan(value):  # type: ignore[arg-type]
             raise invalid("NaN can't be set to double value.")
         if math.isinf(value):  # type: ignore[arg-type]
             raise invalid("Infinity can't be set to double value.")
     elif t is str or t is bytes:
-        length = len(value.encode()) if t is str else len(value)  # type: ignore[union-attr,arg-type]
-        if length > MAX_VALUE_LENGTH:
-            raise invalid(
-                f"The length of attribute column: '{name}' exceeds the MaxLength:"
-                f"{MAX_VALUE_LENGTH} with CurrentLength:{length}."
-            )
-    elif t is not int and t is not bool:
+        # A str has at most 4 UTF-8 bytes per character: only long ones need encoding to measure.
+        if len(value) * (4 if t is str else 1) > MAX_VALUE_LENGTH:  # type: ignore[arg-type]
+            length = len(value.encode()) if t is str else len(value)  # type: ignore[union-attr,arg-type]
+            if length > MAX_VALUE_LENGTH:
+                raise invalid(
+                    f"The length of attribute column: '{name}' exceeds the MaxLength:"
+                    f"{MAX_VALUE_LENGTH} with CurrentLength:{length}."
+                )
+    else:
         raise invalid(f"{_vt_name(value)} is an invalid type for the attribute column.")
 
 
@@ -161,14 +173,6 @@ def _check_timestamp(table: TableInfo, name: str, ts: int, now_ms: int) -> None:
         lower = max(lower, now_ms - table.ttl * 1000)
     if not lower <= ts < now_ms + table.deviation * 1000:
         raise invalid(f"Invalid timestamp. Cell:{name}.")
-
-
-def _check_column_count(cells: list[Cell]) -> None:
-    if len(cells) > MAX_COLUMNS_PER_WRITE:
-        raise invalid(
-            f"The number of attribute columns exceeds the limit, limit count: "
-            f"{MAX_COLUMNS_PER_WRITE}, column count: {len(cells)}."
-        )
 
 
 def _version(name: str, value: object, ts: int) -> tuple[int, object, bytes, int]:
@@ -190,17 +194,25 @@ def _add_version(cells: Cells, name: str, version: tuple[int, object, bytes, int
 @dataclass
 class WriteResult:
     row: bytes  # response `row` (empty unless asked for)
-    consumed: pb.ConsumedCapacity
+    read_cu: int
+    write_cu: int
 
 
 class _Mutation:
     """One row write: PK resolution (auto-increment), condition check, then the new stored row."""
 
-    def __init__(self, ctx: Context, table: TableInfo, row: Row, condition: pb.Condition) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        table: TableInfo,
+        pk: Sequence[tuple[str, object]],
+        condition: pb.Condition,
+        encoded_pk: tuple[bytes, bytes] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.table = table
         self.now_ms = ctx.now_ms
-        values = check_pk(table, row.primary_key, write=True)
+        values = check_pk(table, pk, write=True)
         self.auto = AUTO_INCREMENT in values
         if self.auto:
             if condition.row_existence != pb.IGNORE:
@@ -213,10 +225,13 @@ class _Mutation:
                 ctx.storage.next_auto_increment(table.table_id, floor) if v is AUTO_INCREMENT else v
                 for v in values
             ]
+            encoded_pk = None
         self.pk_values = tuple(values)
         self.key = keycodec.encode_key(values)
-        pk_bytes, crcs = encode_primary_key_cells(zip(table.pk_names, values, strict=True))
-        self.pk, self.pkc = pk_bytes, bytes(crcs)
+        if encoded_pk is None:
+            pk_bytes, crcs = encode_primary_key_cells(zip(table.pk_names, values, strict=True))
+            encoded_pk = pk_bytes, bytes(crcs)
+        self.pk, self.pkc = encoded_pk
         self.condition = condition
         self._old: StoredRow | None = None
         self._loaded = False
@@ -266,39 +281,64 @@ class _Mutation:
 
     def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
         read_cu = 1 if self.condition.row_existence != pb.IGNORE else 0
-        consumed = _consumed(read=read_cu, write=_cu(size))
+        write_cu = _cu(size)
         kind = return_content.return_type if return_content.HasField("return_type") else pb.RT_NONE
         if kind == pb.RT_PK:
-            return WriteResult(HEADER + assemble_row(self.pk, self.pkc, ()), consumed)
+            return WriteResult(HEADER + assemble_row(self.pk, self.pkc, ()), read_cu, write_cu)
         if kind == pb.RT_AFTER_MODIFY and new is not None:
             names = set(return_content.return_column_names)
             cells = rowdata.live_cells(self.table, new.data[1], self.now_ms)
             picked = [(vs[0][2], vs[0][3]) for n, vs in cells.items() if n in names]
-            return WriteResult(HEADER + assemble_row(self.pk, self.pkc, picked), consumed)
-        return WriteResult(b"", consumed)
+            row = HEADER + assemble_row(self.pk, self.pkc, picked)
+            return WriteResult(row, read_cu, write_cu)
+        return WriteResult(b"", read_cu, write_cu)
 
 
-def put_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
-            return_content: pb.ReturnContent) -> WriteResult:
-    _check_column_count(row.cells)
+def decode_put_row(ctx: Context, data: bytes) -> Row | fastrow.PutRow:
+    """A PutRow row: the fast path's ready-to-store form, or a decoded Row when it does not apply."""
+    return fastrow.parse_put_row(data, ctx.now_ms) or decode_row(data)
+
+
+def put_one(
+    ctx: Context,
+    table: TableInfo,
+    row: Row | fastrow.PutRow,
+    condition: pb.Condition,
+    return_content: pb.ReturnContent,
+) -> WriteResult:
     now_ms = ctx.now_ms
+    if isinstance(row, Row):
+        if row.delete_marker:
+            raise invalid("Delete marker is not allowed in PutRow.")
+        pk, encoded_pk = row.primary_key, None
+        given = []
+        for cell in row.cells:
+            if cell.op is not None:
+                raise invalid(f"OpType cannot be given for column name:{cell.name} in PutRow.")
+            _check_value(table, cell.name, cell.value)
+            ts = now_ms if cell.timestamp is None else cell.timestamp
+            given.append((cell.name, cell.value, ts, *encode_cell(cell.name, cell.value, ts)))
+    else:
+        pk_bytes, pk_crcs, pk, given = row
+        encoded_pk = pk_bytes, pk_crcs
+    if len(given) > MAX_COLUMNS_PER_WRITE:
+        raise invalid(
+            f"The number of attribute columns exceeds the limit, limit count: "
+            f"{MAX_COLUMNS_PER_WRITE}, column count: {len(given)}."
+        )
     cells: Cells = {}
     size = 0
-    for cell in row.cells:
-        if cell.op is not None:
-            raise invalid(f"OpType cannot be given for column name:{cell.name} in PutRow.")
-        _check_value(table, cell.name, cell.value)
-        if cell.timestamp is not None:
-            _check_timestamp(table, cell.name, cell.timestamp, now_ms)
-        ts = now_ms if cell.timestamp is None else cell.timestamp
-        version = _version(cell.name, cell.value, ts)
-        size += len(version[2])
-        _add_version(cells, cell.name, version)
-    if row.delete_marker:
-        raise invalid("Delete marker is not allowed in PutRow.")
-    for name, versions in cells.items():
-        cells[name] = versions[: table.max_versions]
-    mutation = _Mutation(ctx, table, row, condition)
+    for name, value, ts, encoded, crc in given:
+        _check_value(table, name, value)
+        if ts != now_ms:
+            _check_timestamp(table, name, ts, now_ms)
+        size += len(encoded)
+        if name in cells:
+            _add_version(cells, name, (ts, value, encoded, crc))
+            cells[name] = cells[name][: table.max_versions]
+        else:
+            cells[name] = [(ts, value, encoded, crc)]
+    mutation = _Mutation(ctx, table, pk, condition, encoded_pk)
     mutation.check_condition()
     new = mutation.write(cells)
     return mutation.result(return_content, new, size + len(mutation.pk))
@@ -314,7 +354,11 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
             if in_batch
             else "Attribute column is missing."
         )
-    _check_column_count(row.cells)
+    if len(row.cells) > MAX_COLUMNS_PER_WRITE:
+        raise invalid(
+            f"The number of attribute columns exceeds the limit, limit count: "
+            f"{MAX_COLUMNS_PER_WRITE}, column count: {len(row.cells)}."
+        )
     now_ms = ctx.now_ms
     seen: set[str] = set()
     for cell in row.cells:
@@ -322,7 +366,7 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
             raise invalid(f"Duplicated attribute column name: '{cell.name}' while updating row.")
         seen.add(cell.name)
         _check_update_cell(table, cell, now_ms)
-    mutation = _Mutation(ctx, table, row, condition)
+    mutation = _Mutation(ctx, table, row.primary_key, condition)
     mutation.check_condition()
     old = mutation.old()
     cells = rowdata.live_cells(table, old.data[1], now_ms) if old is not None else {}
@@ -374,7 +418,7 @@ def _check_update_cell(table: TableInfo, cell: Cell, now_ms: int) -> None:
         return
     if not NAME_RE.match(cell.name):
         raise invalid(f"Invalid column name: '{cell.name}'.")
-    if cell.name in table.pk_names:
+    if cell.name in table.pk_name_set:
         raise invalid(f"Duplicated attribute column name with primary key column: '{cell.name}'.")
     if cell.op == OP_INCREMENT:
         if type(cell.value) is not int:
@@ -394,7 +438,7 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
         raise invalid("Invalid row to delete which with pk auto increment.")
     if row.cells:
         raise invalid("DeleteRow must not carry attribute columns.")
-    mutation = _Mutation(ctx, table, row, condition)
+    mutation = _Mutation(ctx, table, row.primary_key, condition)
     mutation.check_condition()
     if not mutation.needs_old or mutation.old() is not None:
         mutation.write(None)
@@ -406,10 +450,10 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
 
 def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
     table = get_table(ctx, req.table_name)
-    row = decode_row(req.row)
+    row = decode_put_row(ctx, req.row)
     with ctx.storage.transaction():
         result = put_one(ctx, table, row, req.condition, req.return_content)
-    return pb.PutRowResponse(consumed=result.consumed, row=result.row)
+    return pb.PutRowResponse(consumed=_consumed(result.read_cu, result.write_cu), row=result.row)
 
 
 def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
@@ -417,7 +461,7 @@ def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
     row = decode_row(req.row_change)
     with ctx.storage.transaction():
         result = update_one(ctx, table, row, req.condition, req.return_content)
-    return pb.UpdateRowResponse(consumed=result.consumed, row=result.row)
+    return pb.UpdateRowResponse(consumed=_consumed(result.read_cu, result.write_cu), row=result.row)
 
 
 def delete_row(ctx: Context, req: pb.DeleteRowRequest) -> pb.DeleteRowResponse:
@@ -425,7 +469,7 @@ def delete_row(ctx: Context, req: pb.DeleteRowRequest) -> pb.DeleteRowResponse:
     row = decode_row(req.primary_key)
     with ctx.storage.transaction():
         result = delete_one(ctx, table, row, req.condition, req.return_content)
-    return pb.DeleteRowResponse(consumed=result.consumed, row=result.row)
+    return pb.DeleteRowResponse(consumed=_consumed(result.read_cu, result.write_cu), row=result.row)
 
 
 def _read_spec(table: TableInfo, req: Any) -> ReadSpec:
@@ -499,31 +543,43 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
         raise invalid("The limit must be greater than 0.")
     limit = min(req.limit, PAGE_ROWS) if req.HasField("limit") else PAGE_ROWS
     # Without a filter every scanned row is returned (bar expired ones), so read no more than
-    # the page needs; with one, scan a full page and let the filter thin it out.
-    fetch = (PAGE_ROWS if spec.filter is not None else limit) + 1
+    # the page needs; with one, scan a full page and let the filter thin it out. One row more
+    # tells whether the range goes on.
+    budget = PAGE_ROWS if spec.filter is not None else limit
     now_ms = ctx.now_ms
+    storage = ctx.storage
     out: list[bytes] = []
     size = 0
-    next_row: StoredRow | None = None
-    with ctx.storage.lock:
-        scanned = ctx.storage.scan(table.table_id, start_key, end_key, forward, fetch)
-    read = rowdata.read
-    for i, row in enumerate(scanned):
-        if i == PAGE_ROWS:
-            next_row = row
-            break
-        data = read(table, row, spec, now_ms)
-        if data is None:
-            continue
-        if out and size + len(data) > PAGE_BYTES:
-            next_row = row
-            break
-        out.append(data)
-        size += len(data)
-        if len(out) == limit:
-            if i + 1 < len(scanned):
-                next_row = scanned[i + 1]
-            break
+    next_key: bytes | None = None
+    with storage.lock:
+        if spec.simple:
+            rows: list[Any] = storage.scan_latest(table.table_id, start_key, end_key, forward, budget + 1)
+        else:
+            rows = storage.scan(table.table_id, start_key, end_key, forward, budget + 1)
+        cutoff = rowdata.ttl_cutoff(table, now_ms)
+        read = rowdata.read
+        for i, row in enumerate(rows):
+            if i == budget:
+                next_key = row[0]
+                break
+            if not spec.simple:
+                data = read(table, row, spec, now_ms)
+            elif cutoff is None or row[2] is None or row[2] >= cutoff:
+                data = row[1]  # the stored encoding of the newest versions is the answer
+            else:
+                data = read(table, storage.get(table.table_id, row[0]), spec, now_ms)
+            if data is None:
+                continue
+            if out and size + len(data) > PAGE_BYTES:
+                next_key = row[0]
+                break
+            out.append(data)
+            size += len(data)
+            if len(out) == limit:
+                if i + 1 < len(rows):
+                    next_key = rows[i + 1][0]
+                break
+        next_row = storage.get(table.table_id, next_key) if next_key is not None else None
     resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(size)), rows=join_rows(out))
     if next_row is not None:
         resp.next_start_primary_key = rowdata.pk_row(next_row)
@@ -531,10 +587,6 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
 
 
 # -- batches -------------------------------------------------------------------------------------
-
-
-def _row_error(e: OTSError) -> pb.Error:
-    return pb.Error(code=e.code, message=e.message)
 
 
 def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowResponse:
@@ -558,7 +610,8 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
                     key = keycodec.encode_key(check_pk(table, pk))
                 except OTSError as e:
                     result.is_ok = False
-                    result.error.CopyFrom(_row_error(e))
+                    result.error.code = e.code
+                    result.error.message = e.message
                     continue
                 stored = ctx.storage.get(table.table_id, key)
                 data = rowdata.read(table, stored, spec, now_ms) if stored is not None else None
@@ -577,10 +630,8 @@ def _check_table_names(names: Any) -> None:
         seen.add(name)
 
 
-_BATCH_OPS = {pb.PUT: put_one, pb.DELETE: delete_one}
-
-
-def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> pb.BatchWriteRowResponse:
+def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
+    """The serialized BatchWriteRowResponse."""
     if not req.tables:
         raise invalid("No row is specified in BatchWriteRow.")
     _check_table_names(t.table_name for t in req.tables)
@@ -598,38 +649,81 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> pb.BatchWrite
             "The total data size of BatchWriteRow request exceeds the limit, "
             f"limit size: {BATCH_WRITE_BYTES}, data size: {size}"
         )
+    # Everything is decoded before anything is written: corrupt data fails the whole request.
     plan = []
     for item in req.tables:
         table = get_table(ctx, item.table_name)
-        plan.append((item, table, [decode_row(r.row_change) for r in item.rows]))
+        decoded = [
+            decode_put_row(ctx, r.row_change) if r.type == pb.PUT else decode_row(r.row_change)
+            for r in item.rows
+        ]
+        plan.append((item, table, decoded))
     faults = ctx.server.options.faults
-    resp = pb.BatchWriteRowResponse()
+    # Rows write with one statement each, so only mutation hooks need per-row savepoints.
+    isolate = ctx.storage.savepoint if ctx.server.mutation_hooks else contextlib.nullcontext
+    tables = []
     with ctx.storage.transaction():
         for item, table, decoded in plan:
-            out = resp.tables.add(table_name=item.table_name)
+            results = []
             for request_row, row in zip(item.rows, decoded, strict=True):
-                result = out.rows.add()
                 try:
                     fault = faults.row_error(ctx.api) if faults is not None else None
                     if fault is not None:
                         raise fault
-                    with ctx.storage.savepoint():
-                        if request_row.type == pb.UPDATE:
-                            written = update_one(ctx, table, row, request_row.condition,
-                                                 request_row.return_content, in_batch=True)
-                        else:
-                            op = _BATCH_OPS[request_row.type]
-                            written = op(ctx, table, row, request_row.condition,
-                                         request_row.return_content)
+                    with isolate():
+                        written = _batch_row(ctx, table, request_row, row)
                 except OTSError as e:
-                    result.is_ok = False
-                    result.error.CopyFrom(_row_error(e))
+                    results.append(_failed_row(e))
                     continue
-                result.is_ok = True
-                result.consumed.CopyFrom(written.consumed)
-                if written.row:
-                    result.row = written.row
-    return resp
+                results.append(_ok_row(written))
+            tables.append(_pb_field(1, _pb_field(1, item.table_name.encode()) + b"".join(results)))
+    return b"".join(tables)
+
+
+# The response of a batch is assembled from per-row pieces: building thousands of protobuf
+# objects costs more than the rows themselves. Field helpers follow the protobuf wire format.
+def _pb_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _ok_head(read_cu: int, write_cu: int) -> bytes:
+    ok = pb.RowInBatchWriteRowResponse(is_ok=True, consumed=_consumed(read_cu, write_cu))
+    return ok.SerializeToString()
+
+
+def _ok_row(written: WriteResult) -> bytes:
+    """`rows` entry (field 2) of a TableInBatchWriteRowResponse for a row that succeeded."""
+    body = _ok_head(written.read_cu, written.write_cu)
+    if written.row:
+        body += _pb_field(4, written.row)
+    return _pb_field(2, body)
+
+
+def _failed_row(e: OTSError) -> bytes:
+    body = pb.RowInBatchWriteRowResponse(is_ok=False, error=pb.Error(code=e.code, message=e.message))
+    return _pb_field(2, body.SerializeToString())
+
+
+def _batch_row(
+    ctx: Context, table: TableInfo, request_row: pb.RowInBatchWriteRowRequest, row: Any
+) -> WriteResult:
+    condition, return_content = request_row.condition, request_row.return_content
+    if request_row.type == pb.PUT:
+        return put_one(ctx, table, row, condition, return_content)
+    if request_row.type == pb.UPDATE:
+        return update_one(ctx, table, row, condition, return_content, in_batch=True)
+    return delete_one(ctx, table, row, condition, return_content)
 
 
 HANDLERS: dict[str, tuple[type, Any]] = {

@@ -34,7 +34,8 @@ TABLE_OPS = frozenset(
     {"CreateTable", "DeleteTable", "UpdateTable", "DescribeTable", "ListTable", "CreateIndex",
      "DropIndex"}
 )
-Handler = Callable[["Context", Any], Message]
+# A handler returns the response message, or its serialization when it builds that itself.
+Handler = Callable[["Context", Any], "Message | bytes"]
 # Called after every row mutation inside the request's transaction, with the row before and after
 # (None when absent). Secondary-index maintenance and streams hook in here.
 MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
@@ -136,7 +137,9 @@ class LocalServer:
             except DecodeError:
                 raise invalid("Failed to parse the ProtoBuf message.") from None
             ctx = Context(self, caller.instance, api, now)
-            status, body = 200, handler(ctx, message).SerializeToString()
+            result = handler(ctx, message)
+            status = 200
+            body = result if isinstance(result, bytes) else result.SerializeToString()
         except OTSError as e:
             status, body = e.status, _error_body(e.code, e.message)
         except PlainBufferError as e:

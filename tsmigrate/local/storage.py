@@ -176,7 +176,20 @@ class Storage:
                 "SELECT k, pk, pkc, latest, mints, cells FROM rows"
                 " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
             )
-        return [StoredRow(*r) for r in self._db.execute(sql, (table_id, start, end, limit))]
+        return [StoredRow(*r) for r in self._db.execute(sql, (table_id, start, end, limit)).fetchall()]
+
+    def scan_latest(
+        self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
+    ) -> list[tuple[bytes, bytes, int | None]]:
+        """Like `scan`, but only (key, latest, mints): the fast path of whole-row range reads."""
+        if forward:
+            sql = "SELECT k, latest, mints FROM rows WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?"
+        else:
+            sql = (
+                "SELECT k, latest, mints FROM rows"
+                " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
+            )
+        return self._db.execute(sql, (table_id, start, end, limit)).fetchall()
 
     def next_auto_increment(self, table_id: int, floor: int) -> int:
         """A value above every one handed out for the table, and at least `floor`."""

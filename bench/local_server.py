@@ -1,0 +1,196 @@
+"""Throughput of the local Tablestore-compatible server: BatchWriteRow and a full GetRange scan.
+
+The server runs in a separate process (`tsmigrate local serve`). Two measurements each:
+- server-only: requests encoded and signed beforehand with the SDK, replayed over one keep-alive
+  `http.client` connection, so the client costs almost nothing;
+- SDK: the official `OTSClient` end to end (encoding, signing, response checks, decoding).
+
+Rows have 2 PK columns and 6 attribute columns, about 150 bytes. The last line is:
+batch_write_rows_per_s=N get_range_rows_per_s=N sdk_batch_write_rows_per_s=N sdk_get_range_rows_per_s=N
+
+    python bench/local_server.py [--rows 50000] [--memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+logging.getLogger("tablestore").addHandler(logging.NullHandler())
+
+import tablestore as ts  # noqa: E402
+from tablestore.auth import RequestContext  # noqa: E402
+from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
+
+AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
+BATCH = 200
+FULL = ([("user", ts.INF_MIN), ("seq", ts.INF_MIN)], [("user", ts.INF_MAX), ("seq", ts.INF_MAX)])
+
+
+def make_row(i: int) -> ts.Row:
+    return ts.Row(
+        [("user", f"user{i // 10:08d}"), ("seq", i)],
+        [
+            ("name", f"name-{i:010d}"),
+            ("age", i % 97),
+            ("score", i * 0.5),
+            ("active", i % 2 == 0),
+            ("note", f"note {i:020d} lorem ipsum"),
+            ("blob", bytearray(i.to_bytes(8, "big") * 2)),
+        ],
+    )
+
+
+def batches(rows: int) -> Iterator[list[ts.Row]]:
+    for start in range(0, rows, BATCH):
+        yield [make_row(i) for i in range(start, min(start + BATCH, rows))]
+
+
+def write_request(table: str, rows: list[ts.Row]) -> ts.BatchWriteRowRequest:
+    request = ts.BatchWriteRowRequest()
+    request.add(ts.TableInBatchWriteRowItem(table, [ts.PutRowItem(r, ts.Condition("IGNORE")) for r in rows]))
+    return request
+
+
+def start_server(memory: bool, data_dir: str) -> tuple[subprocess.Popen[str], str]:
+    storage = ["--memory"] if memory else ["--data", data_dir]
+    cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve"]
+    cmd += ["--port", "0", "--instance", INSTANCE, "--access-key-id", AK_ID, *storage]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET},
+    )
+    assert proc.stdout is not None
+    endpoint = proc.stdout.readline().strip()
+    if not endpoint.startswith("http://"):
+        proc.kill()
+        raise SystemExit("server did not start")
+    return proc, endpoint
+
+
+def create_table(client: ts.OTSClient, name: str) -> None:
+    meta = ts.TableMeta(name, [("user", "STRING"), ("seq", "INTEGER")])
+    client.create_table(meta, ts.TableOptions(), ts.ReservedThroughput(ts.CapacityUnit(0, 0)))
+
+
+class Replayer:
+    """Pre-signed SDK requests sent over one keep-alive connection."""
+
+    def __init__(self, client: ts.OTSClient, endpoint: str) -> None:
+        self.client = client
+        url = urlparse(endpoint)
+        self.conn = http.client.HTTPConnection(url.hostname, url.port)
+
+    def prepare(self, api: str, *args: object) -> tuple[str, dict[str, str], bytes]:
+        context = RequestContext(self.client.credentials_provider.get_credentials())
+        return self.client.protocol.make_request(api, self.client._signer, context, *args)
+
+    def send(self, request: tuple[str, dict[str, str], bytes]) -> bytes:
+        query, headers, body = request
+        self.conn.request("POST", query, body, headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise SystemExit(f"{query}: HTTP {response.status}: {data!r}")
+        return data
+
+
+def server_only_write(replayer: Replayer, table: str, rows: int) -> float:
+    requests = [replayer.prepare("BatchWriteRow", write_request(table, b)) for b in batches(rows)]
+    start = time.perf_counter()
+    for request in requests:
+        resp = pb.BatchWriteRowResponse.FromString(replayer.send(request))
+        if not all(r.is_ok for t in resp.tables for r in t.rows):
+            raise SystemExit("a row failed in BatchWriteRow")
+    return rows / (time.perf_counter() - start)
+
+
+def page_starts(client: ts.OTSClient, table: str) -> list[list[tuple[str, object]]]:
+    starts = [FULL[0]]
+    next_pk = FULL[0]
+    while True:
+        _, next_pk, _, _ = client.get_range(table, "FORWARD", next_pk, FULL[1], max_version=1)
+        if next_pk is None:
+            return starts
+        starts.append(next_pk)
+
+
+def server_only_scan(replayer: Replayer, table: str, rows: int) -> float:
+    starts = page_starts(replayer.client, table)
+    requests = [
+        # (columns_to_get, limit, filter, max_version=1, time_range, start/end column, token, txn)
+        replayer.prepare("GetRange", table, "FORWARD", s, FULL[1], None, None, None, 1, *[None] * 5)
+        for s in starts
+    ]
+    start = time.perf_counter()
+    for request in requests:
+        pb.GetRangeResponse.FromString(replayer.send(request))
+    return rows / (time.perf_counter() - start)
+
+
+def sdk_write(client: ts.OTSClient, table: str, rows: int) -> float:
+    start = time.perf_counter()
+    for batch in batches(rows):
+        result = client.batch_write_row(write_request(table, batch))
+        if not result.is_all_succeed():
+            raise SystemExit("a row failed in BatchWriteRow")
+    return rows / (time.perf_counter() - start)
+
+
+def sdk_scan(client: ts.OTSClient, table: str, rows: int) -> float:
+    start = time.perf_counter()
+    seen = 0
+    next_pk = FULL[0]
+    while next_pk is not None:
+        _, next_pk, page, _ = client.get_range(table, "FORWARD", next_pk, FULL[1], max_version=1)
+        seen += len(page)
+    elapsed = time.perf_counter() - start
+    if seen != rows:
+        raise SystemExit(f"scan saw {seen} rows, expected {rows}")
+    return rows / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=50_000, help="rows written and scanned per measurement")
+    parser.add_argument("--memory", action="store_true", help="in-memory server instead of a data directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as data_dir:
+        proc, endpoint = start_server(args.memory, data_dir)
+        try:
+            client = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)
+            create_table(client, "raw")
+            create_table(client, "sdk")
+            replayer = Replayer(client, endpoint)
+            write = server_only_write(replayer, "raw", args.rows)
+            print(f"server-only BatchWriteRow: {write:,.0f} rows/s", flush=True)
+            scan = server_only_scan(replayer, "raw", args.rows)
+            print(f"server-only GetRange scan: {scan:,.0f} rows/s", flush=True)
+            sdk_w = sdk_write(client, "sdk", args.rows)
+            print(f"SDK BatchWriteRow: {sdk_w:,.0f} rows/s", flush=True)
+            sdk_s = sdk_scan(client, "sdk", args.rows)
+            print(f"SDK GetRange scan: {sdk_s:,.0f} rows/s", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    print(
+        f"batch_write_rows_per_s={write:.0f} get_range_rows_per_s={scan:.0f} "
+        f"sdk_batch_write_rows_per_s={sdk_w:.0f} sdk_get_range_rows_per_s={sdk_s:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
