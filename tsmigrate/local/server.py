@@ -86,7 +86,7 @@ class LocalServer:
         self.options = options or ServerOptions()
         self.storage = Storage(data_dir)
         self.mutation_hooks: list[MutationHook] = []
-        self.clock_offset = 0.0  # seconds added to the wall clock (tests move time forward)
+        self.clock_offset = 0.0  # seconds added to the clock of data (tests move time forward)
         self._table_ops: dict[str, collections.deque[float]] = {}
         self._rate_lock = threading.Lock()
         self._http = HTTPServer(host, port, self.handle, MAX_BODY)
@@ -124,7 +124,10 @@ class LocalServer:
             if req.body_too_large:
                 raise OTSError(413, "OTSRequestBodyTooLarge", "The size of POST data is too large.")
             now = self.now()
-            caller = verify_request("/" + api, query, req.headers, req.body, self.credentials, now)
+            # The clock offset moves data time (TTL, versions) only, not the signature check.
+            caller = verify_request(
+                "/" + api, query, req.headers, req.body, self.credentials, time.time()
+            )
             self._check_instance(caller.instance)
             entry = HANDLERS.get(api)
             if entry is None:
