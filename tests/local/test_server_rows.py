@@ -69,7 +69,14 @@ def put_many(client: OTSClient, table: str, keys: range, key: str = "a") -> None
 
 def test_put_get_all_types(ots_client: OTSClient) -> None:
     make_table(ots_client)
-    columns = [("s", "héllo"), ("i", -7), ("d", 2.5), ("b", False), ("bin", bytearray(b"\x00\x01")), ("e", "")]
+    columns = [
+        ("s", "héllo"),
+        ("i", -7),
+        ("d", 2.5),
+        ("b", False),
+        ("bin", bytearray(b"\x00\x01")),
+        ("e", ""),
+    ]
     ots_client.put_row("t", Row([("k", "x"), ("n", 1)], columns))
     _, row, _ = ots_client.get_row("t", [("k", "x"), ("n", 1)], max_version=1)
     assert row.primary_key == [("k", "x"), ("n", 1)]
@@ -101,8 +108,14 @@ def test_row_existence_conditions(ots_client: OTSClient) -> None:
     assert error_of(ots_client.put_row, "t", Row(pk, [("a", 2)]), NOT_EXIST).code == "OTSConditionCheckFail"
     ots_client.put_row("t", Row(pk, [("a", 3)]), EXIST)
     assert attrs(ots_client.get_row("t", pk, max_version=1)[1]) == {"a": 3}
-    assert error_of(ots_client.update_row, "t", Row(pk, {"put": [("a", 4)]}), NOT_EXIST).code == "OTSConditionCheckFail"
-    assert error_of(ots_client.delete_row, "t", Row([("k", "x"), ("n", 9)]), EXIST).code == "OTSConditionCheckFail"
+    assert (
+        error_of(ots_client.update_row, "t", Row(pk, {"put": [("a", 4)]}), NOT_EXIST).code
+        == "OTSConditionCheckFail"
+    )
+    assert (
+        error_of(ots_client.delete_row, "t", Row([("k", "x"), ("n", 9)]), EXIST).code
+        == "OTSConditionCheckFail"
+    )
     ots_client.delete_row("t", Row(pk), EXIST)
     assert ots_client.get_row("t", pk, max_version=1)[1] is None
 
@@ -122,7 +135,9 @@ def test_column_conditions(ots_client: OTSClient) -> None:
     assert attrs(ots_client.get_row("t", pk, max_version=1)[1])["state"] == "paid"
     # A missing column passes unless pass_if_missing is False.
     lax = Condition("IGNORE", SingleColumnCondition("nope", 1, ComparatorType.EQUAL))
-    strict = Condition("IGNORE", SingleColumnCondition("nope", 1, ComparatorType.EQUAL, pass_if_missing=False))
+    strict = Condition(
+        "IGNORE", SingleColumnCondition("nope", 1, ComparatorType.EQUAL, pass_if_missing=False)
+    )
     ots_client.put_row("t", Row(pk, [("qty", 1)]), lax)
     assert error_of(ots_client.put_row, "t", Row(pk, [("qty", 2)]), strict).code == "OTSConditionCheckFail"
 
@@ -134,7 +149,15 @@ def test_update_operations(ots_client: OTSClient) -> None:
     ots_client.put_row("t", Row(pk, [("a", 1, now - 3000), ("a", 2, now - 2000), ("b", "x"), ("cnt", 10)]))
     ots_client.update_row(
         "t",
-        Row(pk, {"delete": [("a", None, now - 3000)], "delete_all": ["b"], "increment": [("cnt", 5)], "put": [("c", 1.5)]}),
+        Row(
+            pk,
+            {
+                "delete": [("a", None, now - 3000)],
+                "delete_all": ["b"],
+                "increment": [("cnt", 5)],
+                "put": [("c", 1.5)],
+            },
+        ),
         Condition("IGNORE"),
     )
     _, row, _ = ots_client.get_row("t", pk, max_version=5)
@@ -148,7 +171,9 @@ def test_update_operations(ots_client: OTSClient) -> None:
     assert ots_client.get_row("t", [("k", "y"), ("n", 1)], max_version=1)[1] is not None
     ots_client.update_row("t", Row([("k", "z"), ("n", 1)], {"delete_all": ["a"]}), Condition("IGNORE"))
     assert ots_client.get_row("t", [("k", "z"), ("n", 1)], max_version=1)[1] is None
-    e = error_of(ots_client.update_row, "t", Row(pk, {"put": [("a", 1)], "delete_all": ["a"]}), Condition("IGNORE"))
+    e = error_of(
+        ots_client.update_row, "t", Row(pk, {"put": [("a", 1)], "delete_all": ["a"]}), Condition("IGNORE")
+    )
     assert e.message == "Duplicated attribute column name: 'a' while updating row."
 
 
@@ -203,11 +228,15 @@ def test_auto_increment_returns_increasing_keys(ots_client: OTSClient) -> None:
     make_table(ots_client, pk=[("p", "STRING"), ("id", "INTEGER", PK_AUTO_INCR)])
     ids = []
     for i in range(5):
-        _, row = ots_client.put_row("t", Row([("p", "a"), ("id", PK_AUTO_INCR)], [("i", i)]), return_type=ReturnType.RT_PK)
+        _, row = ots_client.put_row(
+            "t", Row([("p", "a"), ("id", PK_AUTO_INCR)], [("i", i)]), return_type=ReturnType.RT_PK
+        )
         assert row.primary_key[0] == ("p", "a")
         ids.append(row.primary_key[1][1])
     assert ids == sorted(set(ids))
-    _, _, rows, _ = ots_client.get_range("t", "FORWARD", [("p", INF_MIN), ("id", INF_MIN)], [("p", INF_MAX), ("id", INF_MAX)], max_version=1)
+    _, _, rows, _ = ots_client.get_range(
+        "t", "FORWARD", [("p", INF_MIN), ("id", INF_MIN)], [("p", INF_MAX), ("id", INF_MAX)], max_version=1
+    )
     assert [r.primary_key[1][1] for r in rows] == ids
     e = error_of(ots_client.put_row, "t", Row([("p", "a"), ("id", PK_AUTO_INCR)], [("i", 1)]), EXIST)
     assert e.message == "Invalid expect:EXPECT_EXIST when modify row with pk auto increment."
@@ -218,13 +247,20 @@ def test_auto_increment_returns_increasing_keys(ots_client: OTSClient) -> None:
 def test_primary_key_errors(ots_client: OTSClient) -> None:
     make_table(ots_client)
     e = error_of(ots_client.put_row, "t", Row([("k", "x")], [("a", 1)]))
-    assert (e.http_status, e.code, e.message) == (400, "OTSInvalidPK", "Validate PK size fail. Input: 1, Meta: 2.")
+    assert (e.http_status, e.code, e.message) == (
+        400,
+        "OTSInvalidPK",
+        "Validate PK size fail. Input: 1, Meta: 2.",
+    )
     e = error_of(ots_client.get_row, "t", [("k", "x"), ("m", 1)], max_version=1)
     assert (e.code, e.message) == ("OTSInvalidPK", "Validate PK name fail. Input: m, Meta: n.")
     e = error_of(ots_client.get_row, "t", [("k", 1), ("n", 1)], max_version=1)
     assert e.code == "OTSInvalidPK"
     e = error_of(ots_client.put_row, "t", Row([("k", "x" * 1025), ("n", 1)], [("a", 1)]))
-    assert e.message == "The length of primary key column: 'k' exceeds the MaxLength:1024 with CurrentLength:1025."
+    assert (
+        e.message
+        == "The length of primary key column: 'k' exceeds the MaxLength:1024 with CurrentLength:1025."
+    )
     e = error_of(ots_client.put_row, "t", Row([("k", "x"), ("n", 1)], [("bad-name", 1)]))
     assert e.message == "Invalid column name: 'bad-name'."
     e = error_of(ots_client.put_row, "t", Row([("k", "x"), ("n", 1)], [("d", float("nan"))]))
@@ -244,11 +280,15 @@ def test_get_range_pages_both_directions(ots_client: OTSClient) -> None:
     assert pages == 4 and seen == [("a", i) for i in range(25)] + [("b", i) for i in range(3)]
     backward, next_pk, pages = [], [("k", "a"), ("n", 20)], 0
     while next_pk is not None:
-        _, next_pk, rows, _ = ots_client.get_range("t", "BACKWARD", next_pk, [("k", "a"), ("n", 4)], limit=6, max_version=1)
+        _, next_pk, rows, _ = ots_client.get_range(
+            "t", "BACKWARD", next_pk, [("k", "a"), ("n", 4)], limit=6, max_version=1
+        )
         backward += [r.primary_key[1][1] for r in rows]
         pages += 1
     assert pages == 3 and backward == list(range(20, 4, -1))
-    _, next_pk, rows, _ = ots_client.get_range("t", "FORWARD", [("k", "a"), ("n", INF_MAX)], [("k", "b"), ("n", INF_MAX)], max_version=1)
+    _, next_pk, rows, _ = ots_client.get_range(
+        "t", "FORWARD", [("k", "a"), ("n", INF_MAX)], [("k", "b"), ("n", INF_MAX)], max_version=1
+    )
     assert next_pk is None and len(rows) == 3
     e = error_of(ots_client.get_range, "t", "FORWARD", FULL[1], FULL[0], max_version=1)
     assert e.message == "Begin key must less than end key in FORWARD"
@@ -267,10 +307,14 @@ def test_get_range_pages_of_5000_and_filters(ots_client: OTSClient) -> None:
     rare = SingleColumnCondition("v", 4990, ComparatorType.GREATER_EQUAL)
     _, next_pk, rows, _ = ots_client.get_range("t", "FORWARD", *FULL, column_filter=rare, max_version=1)
     assert [attrs(r)["v"] for r in rows] == list(range(4990, 5000)) and next_pk == [("k", "a"), ("n", 5000)]
-    _, next_pk, rows, _ = ots_client.get_range("t", "FORWARD", next_pk, FULL[1], column_filter=rare, max_version=1)
+    _, next_pk, rows, _ = ots_client.get_range(
+        "t", "FORWARD", next_pk, FULL[1], column_filter=rare, max_version=1
+    )
     assert len(rows) == 200 and next_pk is None
     even = SingleColumnCondition("even", True, ComparatorType.EQUAL)
-    _, _, rows, _ = ots_client.get_range("t", "BACKWARD", FULL[1], FULL[0], limit=3, column_filter=even, max_version=1)
+    _, _, rows, _ = ots_client.get_range(
+        "t", "BACKWARD", FULL[1], FULL[0], limit=3, column_filter=even, max_version=1
+    )
     assert [attrs(r)["v"] for r in rows] == [5198, 5196, 5194]
 
 
@@ -290,7 +334,9 @@ def test_batch_write_with_one_bad_row(ots_client: OTSClient) -> None:
             ],
         )
     )
-    request.add(TableInBatchWriteRowItem("u", [PutRowItem(Row([("wrong", 1)], [("a", 1)]), Condition("IGNORE"))]))
+    request.add(
+        TableInBatchWriteRowItem("u", [PutRowItem(Row([("wrong", 1)], [("a", 1)]), Condition("IGNORE"))])
+    )
     response = ots_client.batch_write_row(request)
     assert not response.is_all_succeed()
     puts = response.get_put_by_table("t")
@@ -306,12 +352,24 @@ def test_batch_write_with_one_bad_row(ots_client: OTSClient) -> None:
 def test_batch_write_whole_request_errors_write_nothing(ots_client: OTSClient) -> None:
     make_table(ots_client)
     request = BatchWriteRowRequest()
-    request.add(TableInBatchWriteRowItem("t", [PutRowItem(Row([("k", "x"), ("n", 1)], [("a", 1)]), Condition("IGNORE"))]))
-    request.add(TableInBatchWriteRowItem("missing", [PutRowItem(Row([("k", "x"), ("n", 1)], []), Condition("IGNORE"))]))
+    request.add(
+        TableInBatchWriteRowItem(
+            "t", [PutRowItem(Row([("k", "x"), ("n", 1)], [("a", 1)]), Condition("IGNORE"))]
+        )
+    )
+    request.add(
+        TableInBatchWriteRowItem(
+            "missing", [PutRowItem(Row([("k", "x"), ("n", 1)], []), Condition("IGNORE"))]
+        )
+    )
     assert error_of(ots_client.batch_write_row, request).code == "OTSObjectNotExist"
     assert ots_client.get_row("t", [("k", "x"), ("n", 1)], max_version=1)[1] is None
     too_many = BatchWriteRowRequest()
-    too_many.add(TableInBatchWriteRowItem("t", [PutRowItem(Row([("k", "x"), ("n", i)], []), Condition("IGNORE")) for i in range(201)]))
+    too_many.add(
+        TableInBatchWriteRowItem(
+            "t", [PutRowItem(Row([("k", "x"), ("n", i)], []), Condition("IGNORE")) for i in range(201)]
+        )
+    )
     e = error_of(ots_client.batch_write_row, too_many)
     assert (e.code, e.message) == ("OTSParameterInvalid", "Rows count exceeds the upper limit: 200.")
     e = error_of(ots_client.batch_write_row, BatchWriteRowRequest())

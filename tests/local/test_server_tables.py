@@ -97,9 +97,17 @@ def test_object_errors(ots_client: OTSClient) -> None:
         ("t", [("a-b", "STRING")], "Invalid column name: 'a-b'."),
         ("t", [("a", "BOOLEAN")], "BOOLEAN is an invalid type for the primary key."),
         ("t", [("a", "STRING")] * 2, "Duplicated primary key name: 'a'."),
-        ("t", [(f"p{i}", "STRING") for i in range(5)], "The number of primary key columns must be in range: [1, 4]."),
+        (
+            "t",
+            [(f"p{i}", "STRING") for i in range(5)],
+            "The number of primary key columns must be in range: [1, 4].",
+        ),
         ("t", [("a", "INTEGER", PK_AUTO_INCR)], "First primary key can't be auto increment, table: t."),
-        ("t", [("a", "STRING"), ("b", "STRING", PK_AUTO_INCR)], "AUTO_INCREMENT primary key must be integer."),
+        (
+            "t",
+            [("a", "STRING"), ("b", "STRING", PK_AUTO_INCR)],
+            "AUTO_INCREMENT primary key must be integer.",
+        ),
         (
             "t",
             [("a", "STRING"), ("b", "INTEGER", PK_AUTO_INCR), ("c", "INTEGER", PK_AUTO_INCR)],
@@ -193,17 +201,25 @@ def test_secondary_index_metas(ots_client: OTSClient) -> None:
         e = error_of(ots_client.create_table, meta, TableOptions(), CU0, [index])
         assert text in e.message
     meta = TableMeta("multi", [("a", "STRING")], [("x", "STRING")])
-    e = error_of(ots_client.create_table, meta, TableOptions(max_version=2), CU0, [SecondaryIndexMeta("i", ["x"], [])])
+    e = error_of(
+        ots_client.create_table, meta, TableOptions(max_version=2), CU0, [SecondaryIndexMeta("i", ["x"], [])]
+    )
     assert e.message == "The max versions of a table with index must be 1."
 
 
 def test_table_quota_counts_index_tables(ots_client: OTSClient) -> None:
     meta = TableMeta("indexed", [("a", "STRING")], [("x", "STRING")])
-    ots_client.create_table(meta, TableOptions(), CU0, [SecondaryIndexMeta(f"i{i}", ["x"], []) for i in range(4)])
+    ots_client.create_table(
+        meta, TableOptions(), CU0, [SecondaryIndexMeta(f"i{i}", ["x"], []) for i in range(4)]
+    )
     for i in range(59):
         create(ots_client, f"t{i}")
     e = error_of(create, ots_client, "one_too_many")
-    assert (e.http_status, e.code, e.message) == (403, "OTSQuotaExhausted", "Number of tables exceeded the quota.")
+    assert (e.http_status, e.code, e.message) == (
+        403,
+        "OTSQuotaExhausted",
+        "Number of tables exceeded the quota.",
+    )
     assert len(ots_client.list_table()) == 60
 
 
