@@ -1,0 +1,801 @@
+"""Search engine of the local server: Search, ComputeSplits and ParallelScan over documents.
+
+The server scans its storage and hands every row of the base table to these functions as a
+*document*: a tuple ``(primary_key, columns)`` or ``(primary_key, columns, timestamps)`` where
+``primary_key`` is ``[(name, value), ...]`` in schema order, ``columns`` maps each attribute
+column to its latest value and the optional ``timestamps`` maps it to that cell's timestamp (ms;
+returned in the response rows when given). The index is always "in sync": a search sees the rows
+as they are now.
+
+API:
+    run_search(schema, request, documents) -> search_pb2.SearchResponse
+        ``schema`` is a search_schema.IndexSchemaInfo, ``request`` a parsed SearchRequest.
+    ScanSessions(splits_size=1, clock=time.monotonic)      one per server (thread-safe)
+        .compute_splits(table_name, index_name) -> search_pb2.ComputeSplitsResponse
+        .parallel_scan(table_name, schema, request, documents) -> search_pb2.ParallelScanResponse
+    Errors are OTSError (400 OTSParameterInvalid; 400 OTSSessionExpired for scan sessions).
+
+Indexing (what a document contributes to a field; anything else is dirty data, not searchable):
+    LONG, DATE <- int; DOUBLE <- float; BOOLEAN <- bool; KEYWORD, TEXT <- str;
+    GEO_POINT <- "lat,lon" str; NESTED <- JSON array of objects; JSON, VECTOR <- str.
+    is_array fields hold a JSON array string; the whole value is dirty if any element is.
+    DATE strings (date_formats) are not parsed: such values are dirty here.
+    Virtual fields read their first source column. PK columns can be fields.
+    TEXT is analysed into word tokens (``\\w+``), lower-cased unless single_word's
+    case_sensitive; the split analyzer splits on its delimiter (default whitespace) instead.
+    max_word / min_word / fuzzy analyse like single_word.
+
+Queries: match_all, term, terms, range, prefix, wildcard, exists, match (OR/AND,
+minimum_should_match), match_phrase (consecutive tokens), bool (must / must_not / filter /
+should + minimum_should_match, ES semantics), const_score, function_score (score ignored),
+dis_max. Term-level queries on TEXT compare single tokens, unanalysed. A query on a field not in
+the schema, or not indexed, is an error, as is a query value of the wrong type (ints and floats
+are interchangeable on numeric fields). NESTED, geo, KNN and other queries are refused as
+unsupported, as are aggregations, group_bys, collapse and highlight.
+
+Sorting: FieldSort (asc/desc, mode MIN/MAX/AVG for arrays; default MIN asc / MAX desc; missing
+values last either way), PrimaryKeySort, DocSort (= PK order), ScoreSort (every score is the
+same constant, so it orders nothing). Without a sort the index_sort applies, else PK ascending.
+Ties always break by PK ascending, which makes the order total and next_token exact.
+
+Paging: limit default 10, at most 100 (1000 when only PK or index columns are returned),
+offset + limit <= 100000. next_token is base64 JSON of the sort and the last row's sort values
++ PK; it is only returned when more rows follow. A token continues strictly after that row; a
+request with a token must use the token's sort (or none). total_hits is -1 unless
+get_total_count. routing_values are accepted and ignored (one local shard holds every row).
+
+ParallelScan: rows of slice ``current_parallel_id`` (a stable hash of the PK modulo
+max_parallel) in PK order; limit default and maximum 2000; max_parallel <= the session's
+splits_size; next_token encodes the session, slice and last PK. A session lives ``alive_time``
+seconds (SDK default 60) after its last use; a ParallelScan without a session_id is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+from tablestore.protobuf import search_pb2 as spb
+
+from tsmigrate.local.errors import OTSError, invalid
+from tsmigrate.local.plainbuffer import (
+    INF_MAX,
+    INF_MIN,
+    PlainBufferError,
+    decode_value,
+    encode_row,
+    encode_value,
+)
+from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
+
+Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 100
+MAX_LIMIT_INDEX_ONLY = 1000
+MAX_OFFSET_PLUS_LIMIT = 100_000
+MAX_SCAN_LIMIT = 2000
+DEFAULT_ALIVE_TIME = 60
+
+_NUMERIC = (spb.LONG, spb.DATE, spb.DOUBLE)
+_STRINGS = (spb.KEYWORD, spb.TEXT)
+_WORD = re.compile(r"\w+")
+_DIRTY = object()
+_Pred = Callable[["_Doc"], bool]
+
+
+# --- indexing: the values a document holds for a field ---------------------------------------
+
+
+def _geo_point(text: str) -> bool:
+    try:
+        lat, lon = (float(p) for p in text.split(","))
+    except ValueError:
+        return False
+    return -90 <= lat <= 90 and -180 <= lon <= 180
+
+
+def _convert(ftype: int, value: object, in_array: bool) -> object:
+    t = type(value)
+    if ftype in (spb.LONG, spb.DATE):
+        return value if t is int else _DIRTY
+    if ftype == spb.DOUBLE:
+        # JSON arrays cannot tell 1 from 1.0; table cells can (Integer is not Double).
+        return float(value) if t is float or (in_array and t is int) else _DIRTY  # type: ignore[arg-type]
+    if ftype == spb.BOOLEAN:
+        return value if t is bool else _DIRTY
+    if t is not str:
+        return _DIRTY
+    if ftype == spb.GEO_POINT:
+        return value if _geo_point(value) else _DIRTY  # type: ignore[arg-type]
+    if ftype == spb.NESTED:
+        try:
+            items = json.loads(value)  # type: ignore[arg-type]
+        except ValueError:
+            return _DIRTY
+        ok = isinstance(items, list) and all(isinstance(i, dict) for i in items)
+        return value if ok else _DIRTY
+    return value
+
+
+def _index_values(field: SearchField, raw: object) -> list[Any]:
+    if raw is None:
+        return []
+    if field.is_array and field.type != spb.NESTED:
+        if type(raw) is not str:
+            return []
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            return []
+        if not isinstance(items, list):
+            return []
+        values = [_convert(field.type, item, True) for item in items]
+        return [] if any(v is _DIRTY for v in values) else values
+    value = _convert(field.type, raw, False)
+    return [] if value is _DIRTY else [value]
+
+
+def _analyze(field: SearchField, text: str) -> list[str]:
+    if field.analyzer == "split":
+        return [t for t in text.lower().split(field.delimiter) if t]
+    return _WORD.findall(text if field.case_sensitive else text.lower())
+
+
+class _Doc:
+    """A document being evaluated, with its field values and tokens cached."""
+
+    __slots__ = ("_tokens", "_values", "columns", "doc", "pk_pos")
+
+    def __init__(self, doc: Document, pk_pos: Mapping[str, int]) -> None:
+        self.doc = doc
+        self.columns: Mapping[str, object] = doc[1]
+        self.pk_pos = pk_pos
+        self._values: dict[str, list[Any]] = {}
+        self._tokens: dict[str, tuple[list[str], set[str]]] = {}
+
+    def values(self, field: SearchField) -> list[Any]:
+        cached = self._values.get(field.name)
+        if cached is None:
+            raw = self.columns.get(field.source)
+            if raw is None and field.source in self.pk_pos:
+                raw = self.doc[0][self.pk_pos[field.source]][1]
+            cached = self._values[field.name] = _index_values(field, raw)
+        return cached
+
+    def tokens(self, field: SearchField) -> tuple[list[str], set[str]]:
+        cached = self._tokens.get(field.name)
+        if cached is None:
+            seq: list[str] = []
+            for text in self.values(field):
+                seq.extend(_analyze(field, text))
+            cached = self._tokens[field.name] = (seq, set(seq))
+        return cached
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+
+def _parse(message: type[Message], data: bytes, what: str) -> Any:
+    proto = message()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError:
+        raise invalid(f"Invalid {what}.") from None
+    return proto
+
+
+def _unsupported(what: str) -> OTSError:
+    return invalid(f"{what} is not supported by the local Tablestore server.")
+
+
+def _field(schema: IndexSchemaInfo, name: str) -> SearchField:
+    field = schema.fields.get(name)
+    if field is None:
+        raise invalid(f"Field [{name}] does not exist in the schema of search index "
+                      f"[{schema.index_name}].")
+    if field.type == spb.NESTED:
+        raise _unsupported(f"Querying NESTED field [{name}]")
+    if not field.index:
+        raise invalid(f"Field [{name}] is not indexed (index=false) and cannot be queried.")
+    return field
+
+
+def _query_value(field: SearchField, value: object) -> Any:
+    """A query value as the field's type compares it; OTSParameterInvalid if it cannot be."""
+    t = type(value)
+    ftype = field.type
+    if ftype in _NUMERIC and t in (int, float):
+        return value
+    if ftype == spb.BOOLEAN and t is bool:
+        return value
+    if ftype in _STRINGS and t is str:
+        return value
+    if ftype in _NUMERIC or ftype in (spb.BOOLEAN, *_STRINGS):
+        raise invalid(f"The query value {value!r} does not match the type "
+                      f"{FIELD_TYPE_NAMES[ftype]} of field [{field.name}].")
+    raise _unsupported(f"Term-level queries on {FIELD_TYPE_NAMES[ftype]} field [{field.name}]")
+
+
+def _decode_term(data: bytes) -> object:
+    try:
+        return decode_value(data)
+    except PlainBufferError as exc:
+        raise invalid(f"Invalid query value: {exc}") from None
+
+
+def _text_value(field: SearchField, text: str) -> Any:
+    """A match query's text as a term of a non-TEXT field."""
+    ftype = field.type
+    try:
+        if ftype in (spb.LONG, spb.DATE):
+            return int(text)
+        if ftype == spb.DOUBLE:
+            return float(text)
+    except ValueError:
+        raise invalid(f"The query text {text!r} does not match the type "
+                      f"{FIELD_TYPE_NAMES[ftype]} of field [{field.name}].") from None
+    if ftype == spb.BOOLEAN:
+        return text.lower() == "true"
+    return _query_value(field, text)
+
+
+def _tokens_or_values(field: SearchField) -> Callable[[_Doc], Iterable[Any]]:
+    if field.type == spb.TEXT:
+        return lambda d: d.tokens(field)[0]
+    return lambda d: d.values(field)
+
+
+def _term(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.TermQuery, body, "TermQuery")
+    field = _field(schema, q.field_name)
+    value = _query_value(field, _decode_term(q.term))
+    if field.type == spb.TEXT:
+        return lambda d: value in d.tokens(field)[1]
+    return lambda d: value in d.values(field)
+
+
+def _terms(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.TermsQuery, body, "TermsQuery")
+    field = _field(schema, q.field_name)
+    wanted = {_query_value(field, _decode_term(t)) for t in q.terms}
+    if field.type == spb.TEXT:
+        return lambda d: not wanted.isdisjoint(d.tokens(field)[1])
+    return lambda d: any(v in wanted for v in d.values(field))
+
+
+def _range(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.RangeQuery, body, "RangeQuery")
+    field = _field(schema, q.field_name)
+    lo = _decode_term(q.range_from) if q.HasField("range_from") else None
+    hi = _decode_term(q.range_to) if q.HasField("range_to") else None
+    lo = None if lo is INF_MIN else (lo if lo is None else _query_value(field, lo))
+    hi = None if hi is INF_MAX else (hi if hi is None else _query_value(field, hi))
+    inc_lo, inc_hi = q.include_lower, q.include_upper
+
+    def within(v: Any) -> bool:
+        if lo is not None and (v < lo or (not inc_lo and v == lo)):
+            return False
+        return hi is None or v < hi or (inc_hi and v == hi)
+
+    values = _tokens_or_values(field)
+    return lambda d: any(within(v) for v in values(d))
+
+
+def _prefix(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.PrefixQuery, body, "PrefixQuery")
+    field = _field(schema, q.field_name)
+    prefix = _query_value(field, q.prefix)
+    values = _tokens_or_values(field)
+    return lambda d: any(v.startswith(prefix) for v in values(d))
+
+
+def _wildcard(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.WildcardQuery, body, "WildcardQuery")
+    field = _field(schema, q.field_name)
+    pattern = _query_value(field, q.value)
+    regex = re.compile(".*".join(".".join(map(re.escape, part.split("?")))
+                                 for part in pattern.split("*")), re.DOTALL)
+    values = _tokens_or_values(field)
+    return lambda d: any(regex.fullmatch(v) for v in values(d))
+
+
+def _exists(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.ExistsQuery, body, "ExistsQuery")
+    field = schema.fields.get(q.field_name)
+    if field is None:
+        raise invalid(f"Field [{q.field_name}] does not exist in the schema of search index "
+                      f"[{schema.index_name}].")
+    return lambda d: bool(d.values(field))
+
+
+def _minimum_should_match(proto: Any, count: int, default: int) -> int:
+    if proto.HasField("new_minimum_should_match"):
+        text = proto.new_minimum_should_match.strip()
+        try:
+            if text.endswith("%"):
+                return count * int(text[:-1]) // 100
+            return int(text)
+        except ValueError:
+            raise invalid(f"Invalid minimum_should_match: {text!r}.") from None
+    if proto.HasField("minimum_should_match"):
+        return proto.minimum_should_match
+    return default
+
+
+def _match(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.MatchQuery, body, "MatchQuery")
+    field = _field(schema, q.field_name)
+    if field.type != spb.TEXT:
+        value = _text_value(field, q.text)
+        return lambda d: value in d.values(field)
+    wanted = set(_analyze(field, q.text))
+    if q.operator == spb.AND:
+        return lambda d: bool(wanted) and wanted <= d.tokens(field)[1]
+    need = max(_minimum_should_match(q, len(wanted), 1), 1)
+    return lambda d: len(wanted & d.tokens(field)[1]) >= need
+
+
+def _match_phrase(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.MatchPhraseQuery, body, "MatchPhraseQuery")
+    field = _field(schema, q.field_name)
+    if field.type != spb.TEXT:
+        value = _text_value(field, q.text)
+        return lambda d: value in d.values(field)
+    phrase = _analyze(field, q.text)
+    n = len(phrase)
+
+    def contains(d: _Doc) -> bool:
+        seq, present = d.tokens(field)
+        if not n or not present.issuperset(phrase):
+            return False
+        return any(seq[i:i + n] == phrase for i in range(len(seq) - n + 1))
+
+    return contains
+
+
+def _bool(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.BoolQuery, body, "BoolQuery")
+    required = [_compile(schema, s) for s in (*q.must_queries, *q.filter_queries)]
+    excluded = [_compile(schema, s) for s in q.must_not_queries]
+    should = [_compile(schema, s) for s in q.should_queries]
+    # ES semantics: should clauses are optional next to must/filter clauses, else one must hit.
+    need = _minimum_should_match(q, len(should), 0 if required else min(len(should), 1))
+
+    def test(d: _Doc) -> bool:
+        if not all(p(d) for p in required) or any(p(d) for p in excluded):
+            return False
+        if need <= 0:
+            return True
+        hits = 0
+        for p in should:
+            if p(d):
+                hits += 1
+                if hits >= need:
+                    return True
+        return False
+
+    return test
+
+
+def _const_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    return _compile(schema, _parse(spb.ConstScoreQuery, body, "ConstScoreQuery").filter)
+
+
+def _function_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    return _compile(schema, _parse(spb.FunctionScoreQuery, body, "FunctionScoreQuery").query)
+
+
+def _dis_max(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    queries = [_compile(schema, s) for s in _parse(spb.DisMaxQuery, body, "DisMaxQuery").queries]
+    return lambda d: any(p(d) for p in queries)
+
+
+def _match_all(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    return lambda d: True
+
+
+_QUERIES: dict[int, Callable[[IndexSchemaInfo, bytes], _Pred]] = {
+    spb.MATCH_ALL_QUERY: _match_all,
+    spb.TERM_QUERY: _term,
+    spb.TERMS_QUERY: _terms,
+    spb.RANGE_QUERY: _range,
+    spb.PREFIX_QUERY: _prefix,
+    spb.WILDCARD_QUERY: _wildcard,
+    spb.EXISTS_QUERY: _exists,
+    spb.MATCH_QUERY: _match,
+    spb.MATCH_PHRASE_QUERY: _match_phrase,
+    spb.BOOL_QUERY: _bool,
+    spb.CONST_SCORE_QUERY: _const_score,
+    spb.FUNCTION_SCORE_QUERY: _function_score,
+    spb.DIS_MAX_QUERY: _dis_max,
+}
+
+
+def _compile(schema: IndexSchemaInfo, query: spb.Query) -> _Pred:
+    if not query.HasField("type"):
+        raise invalid("Query type is missing.")
+    build = _QUERIES.get(query.type)
+    if build is None:
+        name = spb.QueryType.Name(query.type) if query.type in spb.QueryType.values() else query.type
+        raise _unsupported(f"Query type {name}")
+    return build(schema, query.query)
+
+
+# --- sorting ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SortKey:
+    field: SearchField | None  # None: the primary key
+    descending: bool
+    mode: int | None
+
+    def spec(self) -> list[Any]:
+        if self.field is None:
+            return ["pk", self.descending]
+        return ["field", self.field.name, self.descending, self.mode]
+
+    def value(self, d: _Doc, pk: tuple[Any, ...]) -> Any:
+        if self.field is None:
+            return pk
+        values = d.values(self.field)
+        if not values:
+            return None
+        mode = self.mode
+        if mode is None:
+            mode = spb.SORT_MODE_MAX if self.descending else spb.SORT_MODE_MIN
+        if mode == spb.SORT_MODE_AVG and self.field.type in _NUMERIC:
+            return sum(values) / len(values)
+        return max(values) if mode == spb.SORT_MODE_MAX else min(values)
+
+
+def _sort_field(schema: IndexSchemaInfo, name: str) -> SearchField:
+    field = schema.fields.get(name)
+    if field is None:
+        raise invalid(f"Sort field [{name}] does not exist in the schema of search index "
+                      f"[{schema.index_name}].")
+    if field.type not in (*_NUMERIC, spb.BOOLEAN, spb.KEYWORD):
+        raise invalid(f"Field [{name}] of type {FIELD_TYPE_NAMES[field.type]} cannot be sorted.")
+    if field.sort_and_agg is False:
+        raise invalid(f"Field [{name}] cannot be sorted: enable_sort_and_agg is false.")
+    return field
+
+
+def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None) -> list[_SortKey]:
+    keys: list[_SortKey] = []
+    if sort is not None and sort.sorter:
+        for sorter in sort.sorter:
+            if sorter.HasField("field_sort"):
+                fs = sorter.field_sort
+                if fs.HasField("nested_filter"):
+                    raise _unsupported("Sorting with a nested_filter")
+                keys.append(_SortKey(_sort_field(schema, fs.field_name),
+                                     fs.order == spb.SORT_ORDER_DESC,
+                                     fs.mode if fs.HasField("mode") else None))
+            elif sorter.HasField("pk_sort") or sorter.HasField("doc_sort"):
+                order = sorter.pk_sort.order if sorter.HasField("pk_sort") else sorter.doc_sort.order
+                keys.append(_SortKey(None, order == spb.SORT_ORDER_DESC, None))
+            elif sorter.HasField("geo_distance_sort"):
+                raise _unsupported("GeoDistanceSort")
+            elif not sorter.HasField("score_sort"):
+                raise invalid("Empty sorter.")
+            # ScoreSort: every hit has the same constant score, so it adds no key.
+    else:
+        for s in schema.index_sort:
+            field = None if s.field is None else schema.fields[s.field]
+            keys.append(_SortKey(field, s.descending, s.mode))
+    pk_at = next((i for i, k in enumerate(keys) if k.field is None), None)
+    if pk_at is None:
+        keys.append(_SortKey(None, False, None))
+    else:
+        del keys[pk_at + 1:]  # the PK is unique: later keys never decide anything
+    return keys
+
+
+def _order(hits: list[tuple[tuple[Any, ...], Document]], keys: Sequence[_SortKey]) -> None:
+    """Sorts ``(key values, doc)`` hits: a stable sort per key, last key first."""
+    for i in reversed(range(len(keys))):
+        if keys[i].descending:
+            # reverse=True keeps stability; (-1,) puts missing values after every present one.
+            hits.sort(key=lambda h, i=i: (-1,) if h[0][i] is None else (0, h[0][i]), reverse=True)
+        else:
+            hits.sort(key=lambda h, i=i: (1,) if h[0][i] is None else (0, h[0][i]))
+
+
+def _compare(a: Sequence[Any], b: Sequence[Any], keys: Sequence[_SortKey]) -> int:
+    """-1 / 0 / 1 as ``a`` sorts before / with / after ``b`` (the order of _order)."""
+    for x, y, key in zip(a, b, keys, strict=True):
+        if x == y:
+            continue
+        if x is None:
+            return 1
+        if y is None:
+            return -1
+        c = -1 if x < y else 1
+        return -c if key.descending else c
+    return 0
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+def _encode_token(payload: dict[str, Any]) -> bytes:
+    return base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode())
+
+
+def _decode_token(token: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(token))
+    except (binascii.Error, ValueError):
+        raise invalid("Invalid token.") from None
+    if not isinstance(payload, dict):
+        raise invalid("Invalid token.")
+    return payload
+
+
+def _pack(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_pack(v) for v in value]
+    return encode_value(value).hex()
+
+
+def _unpack(value: Any) -> Any:
+    try:
+        if isinstance(value, list):
+            return tuple(_unpack(v) for v in value)
+        return decode_value(bytes.fromhex(value))
+    except (PlainBufferError, ValueError, TypeError):
+        raise invalid("Invalid token.") from None
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+def _return_columns(schema: IndexSchemaInfo, ctg: spb.ColumnsToGet | None,
+                    scan: bool = False) -> Callable[[Mapping[str, object]], list[str]]:
+    """Which attribute columns of a document a response row carries."""
+    kind = ctg.return_type if ctg is not None and ctg.HasField("return_type") else spb.RETURN_NONE
+    if kind == spb.RETURN_NONE:
+        return lambda columns: []
+    if kind == spb.RETURN_ALL:
+        if scan:
+            raise invalid("ParallelScan does not support RETURN_ALL; use RETURN_SPECIFIED, "
+                          "RETURN_NONE or RETURN_ALL_FROM_INDEX.")
+        return lambda columns: sorted(columns)
+    if kind == spb.RETURN_ALL_FROM_INDEX:
+        in_index = {f.name for f in schema.fields.values() if not f.virtual}
+        return lambda columns: sorted(in_index.intersection(columns))
+    if kind == spb.RETURN_SPECIFIED:
+        wanted = set(ctg.column_names)  # type: ignore[union-attr]
+        if scan:
+            for name in sorted(wanted):
+                if name not in schema.fields and name not in schema.pk_names:
+                    raise invalid(f"Column [{name}] is not in search index [{schema.index_name}]; "
+                                  "ParallelScan returns index columns only.")
+        return lambda columns: sorted(wanted.intersection(columns))
+    raise invalid(f"Invalid columns_to_get return type: {kind}.")
+
+
+def _max_limit(schema: IndexSchemaInfo, ctg: spb.ColumnsToGet | None) -> int:
+    kind = ctg.return_type if ctg is not None and ctg.HasField("return_type") else spb.RETURN_NONE
+    stored = {f.name for f in schema.fields.values() if f.store is not False}
+    if kind in (spb.RETURN_NONE, spb.RETURN_ALL_FROM_INDEX) or (
+            kind == spb.RETURN_SPECIFIED and stored.issuperset(ctg.column_names)):  # type: ignore[union-attr]
+        return MAX_LIMIT_INDEX_ONLY
+    return MAX_LIMIT
+
+
+def _encode_doc(doc: Document, names: list[str]) -> bytes:
+    columns = doc[1]
+    stamps = doc[2] if len(doc) > 2 else None
+    if stamps:
+        return encode_row(doc[0], [(n, columns[n], stamps.get(n)) for n in names])
+    return encode_row(doc[0], [(n, columns[n]) for n in names])
+
+
+def _pk_tuple(doc: Document) -> tuple[Any, ...]:
+    return tuple(v for _, v in doc[0])
+
+
+# --- Search ----------------------------------------------------------------------------------
+
+
+def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
+               documents: Iterable[Document]) -> spb.SearchResponse:
+    query = _parse(spb.SearchQuery, request.search_query, "search_query")
+    for name in ("aggs", "group_bys", "collapse", "highlight"):
+        if query.HasField(name):
+            raise _unsupported(f"SearchQuery.{name}")
+    ctg = request.columns_to_get if request.HasField("columns_to_get") else None
+    offset = query.offset if query.HasField("offset") else 0
+    limit = query.limit if query.HasField("limit") else DEFAULT_LIMIT
+    max_limit = _max_limit(schema, ctg)
+    if offset < 0:
+        raise invalid(f"Invalid offset: {offset}, it must be non-negative.")
+    if not 0 <= limit <= max_limit:
+        raise invalid(f"Invalid limit: {limit}, it must be in range [0, {max_limit}].")
+    if offset + limit > MAX_OFFSET_PLUS_LIMIT:
+        raise invalid(f"The sum of offset and limit must be no more than {MAX_OFFSET_PLUS_LIMIT}: "
+                      f"offset {offset}, limit {limit}.")
+    keys = _sort_keys(schema, query.sort if query.HasField("sort") else None)
+    after = None
+    if query.token:
+        token = _decode_token(query.token)
+        spec = [k.spec() for k in keys]
+        if not query.HasField("sort") and isinstance(token.get("sort"), list):
+            keys = _token_sort_keys(schema, token["sort"])
+            spec = token["sort"]
+        if token.get("sort") != spec or not isinstance(token.get("after"), list) \
+                or len(token["after"]) != len(keys):
+            raise invalid("Invalid token: it does not belong to this sort.")
+        after = _unpack(token["after"])
+        if any(k.field is None and not isinstance(a, tuple) for k, a in zip(keys, after, strict=True)):
+            raise invalid("Invalid token.")
+    columns_for = _return_columns(schema, ctg)
+    predicate = _compile(schema, query.query)
+    pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
+    hits: list[tuple[tuple[Any, ...], Document]] = []
+    for doc in documents:
+        d = _Doc(doc, pk_pos)
+        if predicate(d):
+            pk = _pk_tuple(doc)
+            hits.append((tuple(k.value(d, pk) for k in keys), doc))
+    _order(hits, keys)
+    start = 0
+    if after is not None:
+        lo, hi = 0, len(hits)  # first hit strictly after the token's row
+        try:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _compare(hits[mid][0], after, keys) > 0:
+                    hi = mid
+                else:
+                    lo = mid + 1
+        except TypeError:  # a forged token whose values do not compare with the fields'
+            raise invalid("Invalid token.") from None
+        start = lo
+    first = start + offset
+    page = hits[first:first + limit]
+    response = spb.SearchResponse()
+    response.total_hits = len(hits) if query.get_total_count else -1
+    response.is_all_succeed = True
+    for _, doc in page:
+        response.rows.append(_encode_doc(doc, columns_for(doc[1])))
+    if page and first + limit < len(hits):
+        response.next_token = _encode_token({"sort": [k.spec() for k in keys],
+                                             "after": _pack(page[-1][0])})
+    return response
+
+
+def _token_sort_keys(schema: IndexSchemaInfo, spec: list[Any]) -> list[_SortKey]:
+    keys = []
+    for item in spec:
+        if item[:1] == ["pk"] and len(item) == 2:
+            keys.append(_SortKey(None, bool(item[1]), None))
+        elif item[:1] == ["field"] and len(item) == 4 and isinstance(item[1], str):
+            keys.append(_SortKey(_sort_field(schema, item[1]), bool(item[2]), item[3]))
+        else:
+            raise invalid("Invalid token.")
+    return keys
+
+
+# --- ComputeSplits and ParallelScan ----------------------------------------------------------
+
+
+@dataclass
+class _Session:
+    table_name: str
+    index_name: str
+    splits_size: int
+    expires: float
+
+
+def _session_expired() -> OTSError:
+    return OTSError(400, "OTSSessionExpired", "The session has expired or does not exist.")
+
+
+class ScanSessions:
+    """ComputeSplits sessions and the ParallelScans that use them."""
+
+    def __init__(self, splits_size: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+        self._splits_size = splits_size
+        self._clock = clock
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def compute_splits(self, table_name: str, index_name: str) -> spb.ComputeSplitsResponse:
+        session_id = uuid.uuid4().hex
+        now = self._clock()
+        with self._lock:
+            for sid in [s for s, v in self._sessions.items() if v.expires <= now]:
+                del self._sessions[sid]
+            self._sessions[session_id] = _Session(table_name, index_name, self._splits_size,
+                                                  now + DEFAULT_ALIVE_TIME)
+        response = spb.ComputeSplitsResponse()
+        response.session_id = session_id.encode()
+        response.splits_size = self._splits_size
+        return response
+
+    def _touch(self, session_id: str, table_name: str, index_name: str, alive: int) -> int:
+        """Validates and extends a session; returns its splits_size."""
+        now = self._clock()
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None or session.expires <= now:
+                self._sessions.pop(session_id, None)
+                raise _session_expired()
+            if (session.table_name, session.index_name) != (table_name, index_name):
+                raise invalid(f"Session [{session_id}] does not belong to table [{table_name}] "
+                              f"and search index [{index_name}].")
+            session.expires = now + alive
+            return session.splits_size
+
+    def parallel_scan(self, table_name: str, schema: IndexSchemaInfo,
+                      request: spb.ParallelScanRequest,
+                      documents: Iterable[Document]) -> spb.ParallelScanResponse:
+        scan = _parse(spb.ScanQuery, request.scan_query, "scan_query")
+        limit = scan.limit if scan.HasField("limit") else MAX_SCAN_LIMIT
+        if not 0 < limit <= MAX_SCAN_LIMIT:
+            raise invalid(f"Invalid limit: {limit}, it must be in range [1, {MAX_SCAN_LIMIT}].")
+        alive = scan.alive_time if scan.HasField("alive_time") else DEFAULT_ALIVE_TIME
+        if alive <= 0:
+            raise invalid(f"Invalid alive_time: {alive}, it must be positive.")
+        session_id = request.session_id.decode("utf-8", "replace")
+        max_splits = self._splits_size
+        if session_id:
+            max_splits = self._touch(session_id, table_name, schema.index_name, alive)
+        parallel = scan.max_parallel if scan.HasField("max_parallel") else 1
+        current = scan.current_parallel_id
+        if not 1 <= parallel <= max_splits:
+            raise invalid(f"Invalid max_parallel: {parallel}, it must be in range [1, {max_splits}].")
+        if not 0 <= current < parallel:
+            raise invalid(f"Invalid current_parallel_id: {current}, it must be in range "
+                          f"[0, {parallel}).")
+        after = None
+        if scan.token:
+            token = _decode_token(scan.token)
+            if [token.get("session"), token.get("slice"), token.get("of")] != \
+                    [session_id, current, parallel] or not isinstance(token.get("after"), list):
+                raise invalid("Invalid token: it does not belong to this session and slice.")
+            after = _unpack(token["after"])
+            if len(after) != len(schema.pk_names):
+                raise invalid("Invalid token.")
+        ctg = request.columns_to_get if request.HasField("columns_to_get") else None
+        columns_for = _return_columns(schema, ctg, scan=True)
+        predicate = _compile(schema, scan.query)
+        pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
+        hits = []
+        for doc in documents:
+            pk = _pk_tuple(doc)
+            try:
+                if after is not None and pk <= after:
+                    continue
+            except TypeError:  # a forged token whose PK types differ from the table's
+                raise invalid("Invalid token.") from None
+            if parallel > 1 and _slice(pk, parallel) != current:
+                continue
+            if predicate(_Doc(doc, pk_pos)):
+                hits.append((pk, doc))
+        hits.sort(key=lambda h: h[0])
+        response = spb.ParallelScanResponse()
+        for _, doc in hits[:limit]:
+            response.rows.append(_encode_doc(doc, columns_for(doc[1])))
+        if len(hits) > limit:
+            response.next_token = _encode_token({"session": session_id, "slice": current,
+                                                 "of": parallel, "after": _pack(hits[limit - 1][0])})
+        return response
+
+
+def _slice(pk: tuple[Any, ...], parallel: int) -> int:
+    return zlib.crc32(b"".join(encode_value(v) for v in pk)) % parallel
