@@ -22,6 +22,7 @@ _I64 = struct.Struct("<q").unpack_from
 _F64 = struct.Struct("<d").unpack_from
 _TS = struct.Struct("<q").pack
 _CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))
+_ROW_START = HEADER + b"\x01"
 
 # name bytes -> (name, crc of the name)
 _names: dict[bytes, tuple[str, int]] = {}
@@ -40,97 +41,100 @@ def parse_put_row(data: bytes, now_ms: int) -> PutRow | None:
 
 
 def _parse(data: bytes, now_ms: int) -> PutRow | None:
-    if data[:4] != HEADER or data[4] != 0x01:
+    if data[:5] != _ROW_START:
         return None
     t = _T
+    names = _names
+    i32 = _I32
     n = len(data)
     pos = 5
     row_crc = 0
     pk: list[tuple[str, object]] = []
     pk_crcs = bytearray()
-    while data[pos] == 0x03:
-        cell = _cell(data, pos + 1)
-        if cell is None or cell[3] is not None or cell[1] is None:
-            return None
-        name, value, crc, _, _, pos = cell
-        pk.append((name, value))
-        pk_crcs.append(crc)
-        row_crc = t[row_crc ^ crc]
-    pk_bytes = data[5:pos]
     cells: list[tuple[str, object, int, bytes, int]] = []
-    if data[pos] == 0x02:
-        pos += 1
-        ts_bytes = _TS(now_ms)
-        extended: dict[int, int] = {}
-        while data[pos] == 0x03:
-            start = pos
-            cell = _cell(data, pos + 1)
-            if cell is None or cell[1] is None:
+    ts_bytes = _TS(now_ms)
+    extended: dict[int, int] = {}
+    in_pk = True
+    pk_end = 0
+    while True:
+        tag = data[pos]
+        if tag != 0x03:
+            if tag == 0x02 and in_pk:
+                in_pk = False
+                pk_end = pos
+                pos += 1
+                continue
+            break
+        start = pos
+        # TAG_CELL_NAME len32 name
+        if data[pos + 1] != 0x04:
+            return None
+        (size,) = i32(data, pos + 2)
+        pos += 6
+        raw = data[pos : pos + size]
+        cached = names.get(raw)
+        if cached is None:
+            if size <= 0 or len(raw) != size:
                 return None
-            name, value, crc, ts, value_end, pos = cell
-            if ts is None:
-                ext = extended.get(crc)
-                if ext is None:
-                    ext = crc
-                    for b in ts_bytes:
-                        ext = t[ext ^ b]
-                    extended[crc] = ext
-                encoded = b"".join((data[start:value_end], b"\x07", ts_bytes, _CHECKSUM[ext]))
-                cells.append((name, value, now_ms, encoded, ext))
-            else:
-                cells.append((name, value, ts, data[start:pos], crc))
-            row_crc = t[row_crc ^ crc]
+            cached = (raw.decode("utf-8"), crc8_bytes(0, raw))
+            if len(names) >= _NAMES_MAX:
+                names.clear()
+            names[raw] = cached
+        name, crc = cached
+        pos += size
+        # TAG_CELL_VALUE len32 vtype payload
+        if data[pos] != 0x05:
+            return None
+        (size,) = i32(data, pos + 1)
+        vstart = pos + 5
+        pos = vstart + size
+        vt = data[vstart]
+        value: object
+        if vt == 0 and size == 9:
+            value = _I64(data, vstart + 1)[0]
+        elif vt == 3 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
+            value = data[vstart + 5 : pos].decode("utf-8")
+        elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5 and not in_pk:
+            value = data[vstart + 5 : pos]
+        elif vt == 1 and size == 9 and not in_pk:
+            value = _F64(data, vstart + 1)[0]
+        elif vt == 2 and size == 2 and not in_pk:
+            value = data[vstart + 1] != 0
+        elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
+            value = data[vstart + 5 : pos]
+        else:
+            return None  # NULL, INF_MIN/MAX, AUTO_INCREMENT or malformed: the general path decides
+        for b in data[vstart:pos]:
+            crc = t[crc ^ b]
+        value_end = pos
+        ts = None
+        if data[pos] == 0x07:
+            if in_pk:
+                return None
+            (ts,) = _I64(data, pos + 1)
+            for b in data[pos + 1 : pos + 9]:
+                crc = t[crc ^ b]
+            pos += 9
+        if data[pos] != 0x0A or data[pos + 1] != crc:
+            return None
+        pos += 2
+        row_crc = t[row_crc ^ crc]
+        if in_pk:
+            pk.append((name, value))
+            pk_crcs.append(crc)
+        elif ts is None:
+            ext = extended.get(crc)
+            if ext is None:
+                ext = crc
+                for b in ts_bytes:
+                    ext = t[ext ^ b]
+                extended[crc] = ext
+            encoded = b"".join((data[start:value_end], b"\x07", ts_bytes, _CHECKSUM[ext]))
+            cells.append((name, value, now_ms, encoded, ext))
+        else:
+            cells.append((name, value, ts, data[start:pos], crc))
+    if in_pk:
+        pk_end = pos
     if pos + 2 != n or data[pos] != 0x09 or data[pos + 1] != t[row_crc]:
         return None
-    return pk_bytes, bytes(pk_crcs), pk, cells
-
-
-def _cell(data: bytes, pos: int) -> tuple[str, object, int, int | None, int, int] | None:
-    """(name, value, crc, timestamp, end of the value part, next position) of a cell without op."""
-    t = _T
-    if data[pos] != 0x04:
-        return None
-    (size,) = _I32(data, pos + 1)
-    pos += 5
-    raw = data[pos : pos + size]
-    cached = _names.get(raw)
-    if cached is None:
-        if size <= 0 or len(raw) != size:
-            return None
-        cached = (raw.decode("utf-8"), crc8_bytes(0, raw))
-        if len(_names) >= _NAMES_MAX:
-            _names.clear()
-        _names[raw] = cached
-    name, crc = cached
-    pos += size
-    if data[pos] != 0x05:
-        return None
-    (size,) = _I32(data, pos + 1)
-    start = pos + 5
-    end = start + size
-    vt = data[start]
-    value: object
-    if vt == 0 and size == 9:
-        value = _I64(data, start + 1)[0]
-    elif vt == 3 and size >= 5 and _I32(data, start + 1)[0] == size - 5:
-        value = data[start + 5 : end].decode("utf-8")
-    elif vt == 7 and size >= 5 and _I32(data, start + 1)[0] == size - 5:
-        value = data[start + 5 : end]
-    elif vt == 1 and size == 9:
-        value = _F64(data, start + 1)[0]
-    elif vt == 2 and size == 2:
-        value = data[start + 1] != 0
-    else:
-        return None  # NULL, INF_MIN/MAX, AUTO_INCREMENT or malformed: the general path decides
-    for b in data[start:end]:
-        crc = t[crc ^ b]
-    pos = end
-    ts = None
-    if data[pos] == 0x07:
-        (ts,) = _I64(data, pos + 1)
-        for b in data[pos + 1 : pos + 9]:
-            crc = t[crc ^ b]
-        pos += 9
-    if data[pos] != 0x0A or data[pos + 1] != crc:
-        return None
-    return name, value, crc, ts, end, pos + 2
+    return data[5:pk_end], bytes(pk_crcs), pk, cells

@@ -22,9 +22,11 @@ def ttl_cutoff(table: TableInfo, now_ms: int) -> int | None:
 
 def make_row(key: bytes, pk: bytes, pkc: bytes, pk_values: tuple[object, ...], cells: Cells) -> StoredRow:
     """A stored row from its cells (name -> versions newest first); columns get sorted by name."""
-    ordered = {name: cells[name] for name in sorted(cells)}
-    latest = assemble_row(pk, pkc, [(vs[0][2], vs[0][3]) for vs in ordered.values()])
-    mints = min((vs[0][0] for vs in ordered.values()), default=None)
+    names = sorted(cells)
+    ordered = cells if names == list(cells) else {name: cells[name] for name in names}
+    newest = [vs[0] for vs in ordered.values()]
+    latest = assemble_row(pk, pkc, [(v[2], v[3]) for v in newest])
+    mints = min([v[0] for v in newest]) if newest else None
     return StoredRow(key, pk, pkc, latest, mints, StoredRow.pack(pk_values, ordered))
 
 

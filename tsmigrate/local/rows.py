@@ -134,6 +134,7 @@ def _read_pk(ctx: Context, table: TableInfo, data: bytes) -> tuple[bytes, Stored
 
 
 _valid_names: set[str] = set()  # column names that passed NAME_RE (names repeat across rows)
+_SHORT_VALUE = MAX_VALUE_LENGTH // 4  # no str or bytes this long can exceed the limit
 
 
 def _check_value(table: TableInfo, name: str, value: object) -> None:
@@ -328,8 +329,17 @@ def put_one(
         )
     cells: Cells = {}
     size = 0
+    valid, pk_names = _valid_names, table.pk_name_set
     for name, value, ts, encoded, crc in given:
-        _check_value(table, name, value)
+        kind = type(value)
+        # The full check only where it can fail: new names, doubles, long strings and blobs.
+        if (
+            name not in valid
+            or name in pk_names
+            or kind is float
+            or (kind is not int and kind is not bool and len(value) > _SHORT_VALUE)  # type: ignore[arg-type]
+        ):
+            _check_value(table, name, value)
         if ts != now_ms:
             _check_timestamp(table, name, ts, now_ms)
         size += len(encoded)

@@ -28,6 +28,9 @@ Version = tuple[int, object, bytes, int]
 # Column name -> versions, in column-name order (the order rows are returned in).
 Cells = dict[str, list[Version]]
 
+_INSERT_ROW = (
+    "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
     instance TEXT NOT NULL, name TEXT NOT NULL, table_id INTEGER NOT NULL, meta TEXT NOT NULL,
@@ -80,6 +83,14 @@ class Storage:
             info = TableInfo.from_json(meta)
             self._tables[(instance, info.name)] = info
         self._in_txn = False
+        # Row inserts of the current transaction not yet sent to SQLite: a batch of puts goes in
+        # one executemany. Every other statement flushes them first, so reads see them.
+        self._pending: list[tuple[object, ...]] = []
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._db.executemany(_INSERT_ROW, self._pending)
+            self._pending.clear()
 
     def close(self) -> None:
         with self.lock:
@@ -97,7 +108,9 @@ class Storage:
             cached = dict(self._tables)
             try:
                 yield
+                self._flush()
             except BaseException:
+                self._pending.clear()
                 self._db.execute("ROLLBACK")
                 self._tables = cached
                 raise
@@ -109,10 +122,13 @@ class Storage:
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         """Inside a transaction: undo only this block's writes if it fails (one batch row)."""
+        self._flush()
         self._db.execute("SAVEPOINT row")
         try:
             yield
+            self._flush()
         except BaseException:
+            self._pending.clear()
             self._db.execute("ROLLBACK TO row")
             self._db.execute("RELEASE row")
             raise
@@ -131,6 +147,7 @@ class Storage:
         return self._next_counter("table_id", 1)
 
     def save_table(self, instance: str, info: TableInfo) -> None:
+        self._flush()
         self._db.execute(
             "INSERT OR REPLACE INTO tables (instance, name, table_id, meta) VALUES (?, ?, ?, ?)",
             (instance, info.name, info.table_id, info.to_json()),
@@ -138,6 +155,7 @@ class Storage:
         self._tables[(instance, info.name)] = info
 
     def drop_table(self, instance: str, info: TableInfo) -> None:
+        self._flush()
         self._db.execute("DELETE FROM tables WHERE instance = ? AND name = ?", (instance, info.name))
         self._db.execute("DELETE FROM rows WHERE t = ?", (info.table_id,))
         self._db.execute("DELETE FROM counters WHERE name = ?", (f"autoinc:{info.table_id}",))
@@ -146,6 +164,7 @@ class Storage:
     # -- rows -----------------------------------------------------------------------------------
 
     def get(self, table_id: int, key: bytes) -> StoredRow | None:
+        self._flush()
         row = self._db.execute(
             "SELECT k, pk, pkc, latest, mints, cells FROM rows WHERE t = ? AND k = ?",
             (table_id, key),
@@ -153,19 +172,19 @@ class Storage:
         return None if row is None else StoredRow(*row)
 
     def put(self, table_id: int, row: StoredRow) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (table_id, *row),
-        )
+        self._pending.append((table_id, *row))
+        if not self._in_txn:
+            self._flush()
 
     def delete(self, table_id: int, key: bytes) -> None:
+        self._flush()
         self._db.execute("DELETE FROM rows WHERE t = ? AND k = ?", (table_id, key))
 
     def scan(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
     ) -> list[StoredRow]:
         """Rows in [start, end) forward, or in (end, start] backward, at most `limit`."""
+        self._flush()
         if forward:
             sql = (
                 "SELECT k, pk, pkc, latest, mints, cells FROM rows"
@@ -182,6 +201,7 @@ class Storage:
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
     ) -> list[tuple[bytes, bytes, int | None]]:
         """Like `scan`, but only (key, latest, mints): the fast path of whole-row range reads."""
+        self._flush()
         if forward:
             sql = "SELECT k, latest, mints FROM rows WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?"
         else:
