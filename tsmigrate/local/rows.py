@@ -79,7 +79,8 @@ def _consumed(read: int = 0, write: int = 0) -> pb.ConsumedCapacity:
 
 
 def _cu(size: int) -> int:
-    return max(1, math.ceil(size / CU_BYTES))
+    """Capacity units of `size` bytes: 4 KB each, rounded up, at least one."""
+    return (size + CU_BYTES - 1) // CU_BYTES or 1
 
 
 # -- primary keys --------------------------------------------------------------------------------
@@ -283,7 +284,7 @@ class _Mutation:
     def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
         read_cu = 1 if self.condition.row_existence != pb.IGNORE else 0
         write_cu = _cu(size)
-        kind = return_content.return_type if return_content.HasField("return_type") else pb.RT_NONE
+        kind = return_content.return_type  # RT_NONE when unset
         if kind == pb.RT_PK:
             return WriteResult(HEADER + assemble_row(self.pk, self.pkc, ()), read_cu, write_cu)
         if kind == pb.RT_AFTER_MODIFY and new is not None:
@@ -714,10 +715,14 @@ def _ok_head(read_cu: int, write_cu: int) -> bytes:
 
 def _ok_row(written: WriteResult) -> bytes:
     """`rows` entry (field 2) of a TableInBatchWriteRowResponse for a row that succeeded."""
-    body = _ok_head(written.read_cu, written.write_cu)
-    if written.row:
-        body += _pb_field(4, written.row)
-    return _pb_field(2, body)
+    if not written.row:
+        return _ok_entry(written.read_cu, written.write_cu)
+    return _pb_field(2, _ok_head(written.read_cu, written.write_cu) + _pb_field(4, written.row))
+
+
+@functools.lru_cache(maxsize=256)
+def _ok_entry(read_cu: int, write_cu: int) -> bytes:
+    return _pb_field(2, _ok_head(read_cu, write_cu))
 
 
 def _failed_row(e: OTSError) -> bytes:

@@ -51,14 +51,14 @@ class Context:
     instance: str
     api: str
     now: float  # seconds since the epoch
+    now_ms: int = field(init=False)  # the same instant in ms: the server's cell timestamp
+
+    def __post_init__(self) -> None:
+        self.now_ms = int(self.now * 1000)
 
     @property
     def storage(self) -> Storage:
         return self.server.storage
-
-    @property
-    def now_ms(self) -> int:
-        return int(self.now * 1000)
 
 
 @dataclass
