@@ -21,8 +21,13 @@ def _import(name: str) -> ModuleType:
     except Exception as exc:
         # Name the module and the line that failed, without dumping a traceback on the user.
         frames = traceback.extract_tb(exc.__traceback__)
+        # The innermost frame of the user's code; a SyntaxError has none (its message says where).
         where = next(
-            (f"{f.filename}:{f.lineno}" for f in reversed(frames) if "importlib" not in f.filename),
+            (
+                f"{f.filename}:{f.lineno}"
+                for f in reversed(frames)
+                if "importlib" not in f.filename and f.filename != __file__
+            ),
             "",
         )
         detail = f"{type(exc).__name__}: {exc}"

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
+
+import attrs
 
 from tsmigrate import schema
 from tsmigrate.errors import KeyDerivationError, Problem, SchemaError
 from tsmigrate.keys import Derivation
 from tsmigrate.validate import validate_catalog
+
+DERIVATIONS = get_args(Derivation)  # the classes a PrimaryKey's derive= may be
 
 PYTHON_TYPES: dict[Any, str] = {
     str: schema.STRING,
@@ -224,13 +228,28 @@ class SearchIndex(_Declaration):
         self.ttl = ttl
         self.index_name = name
 
-    def compile(self, table_ttl: int) -> schema.SearchIndex:
+    def compile(
+        self, table_ttl: int, problems: list[tuple[str, str, str]] | None = None
+    ) -> schema.SearchIndex:
+        """The IR index; declaration mistakes go to ``problems`` as (rule, message, fix)."""
+        problems = [] if problems is None else problems
         # By default the index expires data with its table, the only TTL the service accepts
         # for a search index on a table with a TTL.
-        ttl = table_ttl if self.ttl == "table" else parse_duration(self.ttl)
+        try:
+            ttl = table_ttl if self.ttl == "table" else parse_duration(self.ttl)
+        except (ValueError, TypeError) as exc:
+            problems.append(("model.ttl", str(exc), "use ttl='table' (the default), None or '30d'"))
+            ttl = table_ttl
+        for field in self.fields:
+            if not isinstance(field, SearchField):
+                problems.append((
+                    "model.search-field",
+                    f"search index fields must be SearchField values, got {field!r}",
+                    f"write SearchField({field!r}, 'keyword') (or the type the column needs)",
+                ))
         return schema.SearchIndex(
             name=self.index_name or self.name,
-            fields=[f.ir for f in self.fields],
+            fields=[f.ir for f in self.fields if isinstance(f, SearchField)],
             routing_fields=self.routing,
             index_sort=[_sorter(s) for s in self.presort],
             time_to_live=ttl,
@@ -295,6 +314,16 @@ class Model:
             for key in unknown
         ]
         cls.__tsmigrate_table__ = None
+        # A field named like a Model method would replace it (and compile() itself may be the
+        # victim): keep such declarations aside, so compile() can report them as problems.
+        shadowing = {
+            attr: value
+            for attr, value in vars(cls).items()
+            if isinstance(value, _Declaration) and attr in _MODEL_API
+        }
+        for attr in shadowing:
+            delattr(cls, attr)
+        cls.__tsmigrate_shadowed__ = shadowing
         if not cls.__tsmigrate_abstract__:
             _REGISTRY.append(cls)
 
@@ -321,13 +350,14 @@ class Model:
         """Every field of the model and its bases, in declaration order (bases first)."""
         seen: dict[str, _Declaration] = {}
         for klass in reversed(cls.__mro__):
-            for attr, value in vars(klass).items():
+            shadowed = vars(klass).get("__tsmigrate_shadowed__", {})
+            for attr, value in (*vars(klass).items(), *shadowed.items()):
                 if isinstance(value, _Declaration):
                     seen[attr] = value  # an override keeps the base's position
         return list(seen.values())
 
     @classmethod
-    def _declared(cls, kind: type) -> list[Any]:
+    def _declared(cls, kind: type | tuple[type, ...]) -> list[Any]:
         return [d for d in cls.declarations() if isinstance(d, kind)]
 
     @classmethod
@@ -357,6 +387,11 @@ class Model:
             if isinstance(value, bool) or not isinstance(value, int):
                 problems.append(cls._problem(key, f"model.{key}", f"{key} must be an integer"))
                 opts = {**opts, key: 1 if key == "max_versions" else 0}
+        if not isinstance(opts.get("allow_update", True), bool):
+            problems.append(cls._problem(
+                "allow_update", "model.allow_update",
+                f"allow_update must be True or False, got {opts['allow_update']!r}",
+            ))
 
         for declaration in cls.declarations():
             if declaration.name in _MODEL_API:
@@ -366,7 +401,23 @@ class Model:
                     f"rename the attribute and keep the column name with name={declaration.name!r}",
                 ))
         columns = cls._declared(Column)
-        primary_key = [pk.compile() for pk in cls._declared(PrimaryKey)]
+        primary_key = []
+        for pk in cls._declared(PrimaryKey):
+            column = pk.compile()
+            if column.derivation is not None and not isinstance(column.derivation, DERIVATIONS):
+                problems.append(cls._problem(
+                    pk.name, "model.derive",
+                    f"derive= must be a key derivation, got {column.derivation!r}",
+                    "use HashPrefix, Concat, TimeBucket or Descending from tsmigrate.keys",
+                ))
+                column = attrs.evolve(column, derivation=None)
+            primary_key.append(column)
+        search_indexes = []
+        for index in cls._declared(SearchIndex):
+            found: list[tuple[str, str, str]] = []
+            search_indexes.append(index.compile(ttl, found))
+            where = f"search index {index.index_name or index.name}"
+            problems.extend(cls._problem(where, *problem) for problem in found)
         if not primary_key and not cls.__tsmigrate_abstract__:
             problems.append(
                 cls._problem("primary_key", "primary-key.count",
@@ -390,7 +441,7 @@ class Model:
                 read=opts.get("reserved_read", 0), write=opts.get("reserved_write", 0)
             ),
             secondary_indexes=[i.compile() for i in cls._declared(_SecondaryIndex)],
-            search_indexes=[i.compile(ttl) for i in cls._declared(SearchIndex)],
+            search_indexes=search_indexes,
             stream=stream,
             access_patterns=[p.compile() for p in cls._declared(AccessPattern)],
             replaces=opts.get("replaces"),
@@ -437,11 +488,18 @@ class Model:
     @classmethod
     def key(cls, **values: Any) -> list[tuple[str, Any]]:
         """The primary key for these field values, derivations applied (for reads and writes)."""
+        # Derivations name their sources by column name, which name= may set apart from the
+        # field name: let them read the values under both.
+        by_column = dict(values)
+        for declaration in cls._declared((PrimaryKey, Column)):
+            column = declaration.column_name or declaration.name
+            if declaration.name in values and column not in values:
+                by_column[column] = values[declaration.name]
         key = []
         for pk in cls._declared(PrimaryKey):
             column = pk.column_name or pk.name
             if pk.derive is not None:
-                key.append((column, pk.derive.derive(values)))
+                key.append((column, pk.derive.derive(by_column)))
             elif values.get(pk.name) is not None:
                 key.append((column, values[pk.name]))
             elif pk.auto_increment:
@@ -484,7 +542,8 @@ class Model:
         return cls(**values)
 
 
-_MODEL_API = {name for name in vars(Model) if not name.startswith("_")}
+# Names a field must not take: Model's methods and attributes, private helpers included.
+_MODEL_API = {name for name in vars(Model) if not (name.startswith("__") and name.endswith("__"))}
 
 
 def compile_models(models: Iterable[type[Model]]) -> schema.Catalog:

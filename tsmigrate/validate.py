@@ -579,21 +579,29 @@ def _stream(table: Table, report: _Report) -> None:
 
 def _instance_rules(catalog: Catalog) -> list[Problem]:
     problems: list[Problem] = []
-    owners: dict[str, list[str]] = {}
+    # name -> every (description, owning table, field) that uses it
+    owners: dict[str, list[tuple[str, Table, str]]] = {}
     for table in catalog.tables:
-        owners.setdefault(table.name, []).append(f"table {table.name!r}")
+        owners.setdefault(table.name, []).append((f"table {table.name!r}", table, "table"))
         for index in table.secondary_indexes:
-            owners.setdefault(index.name, []).append(f"index {index.name!r} of {table.name!r}")
+            owners.setdefault(index.name, []).append(
+                (f"index {index.name!r} of {table.name!r}", table, f"index {index.name}")
+            )
     for name, users in owners.items():
         if len(users) > 1:
+            # Reported once, on the last declaration to take the name (an index, if any).
+            _, table, field = users[-1]
             problems.append(
                 Problem(
-                    table=name,
-                    field="",
+                    table=table.name,
+                    field=field,
                     rule="name.instance-unique",
-                    message=f"name {name!r} is used by {' and '.join(users)}; tables and "
-                    "secondary indexes share one namespace in an instance",
-                    fix="give the index an explicit, unique name=",
+                    message=f"name {name!r} is used by {' and '.join(u[0] for u in users)}; "
+                    "tables and secondary indexes share one namespace in an instance",
+                    fix="give the index an explicit, unique name="
+                    if field != "table"
+                    else "give one of the models another table=",
+                    model=table.source,
                 )
             )
     count = sum(1 + len(t.secondary_indexes) for t in catalog.tables)
