@@ -35,6 +35,7 @@ from tsmigrate.schema import (
     INTEGER,
     LOCAL,
     NO_TTL,
+    PRIMARY_KEY_TYPES,
     STRING,
     AccessPattern,
     AttributeColumn,
@@ -51,6 +52,7 @@ from tsmigrate.schema import (
     TableOptions,
 )
 from tsmigrate.validate import (
+    INDEX_KEY_TYPES,
     INT32_MAX,
     MAX_RESERVED_CU,
     MAX_STREAM_HOURS,
@@ -65,8 +67,6 @@ T = TypeVar("T")
 
 FIRST_CHARS = string.ascii_letters + "_"
 NAME_CHARS = string.ascii_letters + string.digits + "_"
-PRIMARY_KEY_TYPES = (STRING, INTEGER, BINARY)
-INDEX_KEY_TYPES = (STRING, INTEGER, BINARY)
 MAX_SECONDARY_PER_TABLE = 2
 
 # A separator that sorts below every character of each named alphabet.
@@ -257,6 +257,7 @@ def _draw_table(
     derive: bool = True,
     attributes: bool = True,
     access_patterns: bool = True,
+    streams: bool = True,
 ) -> Table:
     table_name = _fresh(draw, taken)
     columns: set[str] = set()  # column names within this table
@@ -314,7 +315,9 @@ def _draw_table(
         if index is not None:
             search.append(index)
 
-    stream = StreamSpec(enabled=draw(_BOOL), expiration_hours=draw(_STREAM_HOURS))
+    stream = StreamSpec()
+    if streams:
+        stream = StreamSpec(enabled=draw(_BOOL), expiration_hours=draw(_STREAM_HOURS))
 
     patterns = []
     if access_patterns:
@@ -343,7 +346,7 @@ def _draw_table(
 @st.composite
 def valid_tables(draw: Draw, **flags: Any) -> Table:
     """One valid table. Flags: ``max_secondary_indexes`` (default 2), ``search_indexes``,
-    ``derive``, ``attributes``, ``access_patterns`` (each default True)."""
+    ``derive``, ``attributes``, ``access_patterns``, ``streams`` (each default True)."""
     return _draw_table(draw, set(), **flags)
 
 
@@ -356,3 +359,44 @@ def valid_catalogs(draw: Draw, max_tables: int = 3, min_tables: int = 0, **flags
     taken: set[str] = set()
     count = draw(st.integers(min_tables, max_tables))
     return Catalog(tables=[_draw_table(draw, taken, **flags) for _ in range(count)])
+
+
+def _changed_table(draw: Draw, table: Table) -> Table:
+    """A random change of ``table`` that keeps its key: options, throughput, dropped indexes."""
+    indexes = list(table.secondary_indexes)
+    search = list(table.search_indexes)
+    if indexes and draw(_BOOL):
+        indexes.remove(_pick(draw, indexes))
+    if search and draw(_BOOL):
+        search = []
+    indexed = bool(indexes or search)
+    ttl = draw(_TTLS)
+    options = TableOptions(
+        time_to_live=ttl,
+        max_versions=1 if indexed else draw(_MAX_VERSIONS),
+        max_time_deviation=draw(_DEVIATIONS),
+        allow_update=False if indexed and ttl != NO_TTL else draw(_BOOL),
+    )
+    # A search index expires with its table: the only TTL valid for every table TTL.
+    search = [attrs.evolve(i, time_to_live=ttl) for i in search]
+    throughput = ReservedThroughput(read=draw(_CU), write=draw(_CU)) if draw(_BOOL) else table.throughput
+    return attrs.evolve(
+        table, options=options, throughput=throughput, secondary_indexes=indexes, search_indexes=search
+    )
+
+
+@st.composite
+def catalog_changes(draw: Draw, max_tables: int = 3, **flags: Any) -> tuple[Catalog, Catalog]:
+    """Two valid catalogs, the second a random evolution of the first: tables kept, changed
+    (options, throughput, dropped indexes) or dropped, and new tables added."""
+    before = draw(valid_catalogs(max_tables=max_tables, **flags))
+    taken = {t.name for t in before.tables}
+    taken |= {i.name for t in before.tables for i in (*t.secondary_indexes, *t.search_indexes)}
+    after = []
+    for table in before.tables:
+        fate = draw(st.sampled_from(("keep", "change", "drop")))
+        if fate != "drop":
+            after.append(_changed_table(draw, table) if fate == "change" else table)
+    for _ in range(draw(st.integers(0, max_tables - len(after)))):
+        after.append(_draw_table(draw, taken, **flags))
+    return before, Catalog(tables=after)

@@ -9,12 +9,14 @@ Each step knows its risk and says why in one sentence:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
 
 from tsmigrate.render import duration
 from tsmigrate.schema import (
+    Catalog,
     DefinedColumn,
     ReservedThroughput,
     SearchIndex,
@@ -22,6 +24,7 @@ from tsmigrate.schema import (
     StreamSpec,
     Table,
     TableOptions,
+    physical_table,
     table_to_dict,
 )
 
@@ -386,3 +389,54 @@ STEP_TYPES: dict[str, type[Step]] = {
         UpdateSearchIndexTTL, UpdateStream, RewriteTable,
     )
 }
+
+
+# --- what each step does to the schema: the live catalog after it, as inspection will see it ---
+
+
+def _on_table(catalog: Catalog, name: str, change: Callable[[Table], Table]) -> Catalog:
+    return Catalog(tables=[change(t) if t.name == name else t for t in catalog.tables])
+
+
+def _without(items: tuple[Any, ...], names: set[str]) -> tuple[Any, ...]:
+    return tuple(i for i in items if i.name not in names)
+
+
+_TRANSFORMS: dict[type[Step], Callable[[Any, Table], Table]] = {
+    UpdateOptions: lambda s, t: attrs.evolve(t, options=s.after),
+    UpdateThroughput: lambda s, t: attrs.evolve(t, throughput=s.after),
+    AddDefinedColumns: lambda s, t: attrs.evolve(
+        t, defined_columns=(*_without(t.defined_columns, {c.name for c in s.columns}), *s.columns)
+    ),
+    DeleteDefinedColumns: lambda s, t: attrs.evolve(
+        t, defined_columns=_without(t.defined_columns, {c.name for c in s.columns})
+    ),
+    CreateIndex: lambda s, t: attrs.evolve(
+        t, secondary_indexes=(*t.secondary_indexes, attrs.evolve(s.index, include_base_data=True))
+    ),
+    DropIndex: lambda s, t: attrs.evolve(
+        t, secondary_indexes=_without(t.secondary_indexes, {s.index.name})
+    ),
+    CreateSearchIndex: lambda s, t: attrs.evolve(t, search_indexes=(*t.search_indexes, s.index)),
+    DropSearchIndex: lambda s, t: attrs.evolve(
+        t, search_indexes=_without(t.search_indexes, {s.index.name})
+    ),
+    UpdateSearchIndexTTL: lambda s, t: attrs.evolve(
+        t,
+        search_indexes=[
+            attrs.evolve(i, time_to_live=s.after) if i.name == s.index else i
+            for i in t.search_indexes
+        ],
+    ),
+    UpdateStream: lambda s, t: attrs.evolve(t, stream=s.after),
+    RewriteTable: lambda s, t: t,  # rows move; the schema does not
+}
+
+
+def transform(catalog: Catalog, step: Step) -> Catalog:
+    """The catalog after ``step``: pure, so a plan can predict every state it passes through."""
+    if isinstance(step, CreateTable):
+        return Catalog(tables=(*catalog.tables, physical_table(step.definition)))
+    if isinstance(step, DropTable):
+        return Catalog(tables=[t for t in catalog.tables if t.name != step.table])
+    return _on_table(catalog, step.table, lambda t: _TRANSFORMS[type(step)](step, t))

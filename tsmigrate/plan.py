@@ -17,7 +17,15 @@ import attrs
 
 from tsmigrate import ops
 from tsmigrate.errors import Problem, SchemaError
-from tsmigrate.schema import Catalog, PrimaryKeyColumn, SearchIndex, SecondaryIndex, StreamSpec, Table
+from tsmigrate.schema import (
+    Catalog,
+    PrimaryKeyColumn,
+    SearchIndex,
+    SecondaryIndex,
+    StreamSpec,
+    Table,
+    physical,
+)
 
 PLAN_FORMAT = 1
 
@@ -32,10 +40,16 @@ class Undeclared:
 
 @attrs.frozen
 class Plan:
+    """Steps, and fingerprints of the live schema before them (``source``), after each of them
+    (``step_fingerprints``) and after all (``target``), as inspection will see it; ``models`` is
+    the fingerprint of the declared catalog the plan was made for."""
+
     steps: tuple[ops.Step, ...] = attrs.field(converter=tuple)
     undeclared: tuple[Undeclared, ...] = attrs.field(converter=tuple)
     source_fingerprint: str
     target_fingerprint: str
+    models_fingerprint: str = ""
+    step_fingerprints: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def has_changes(self) -> bool:
@@ -49,9 +63,13 @@ class Plan:
             "format": PLAN_FORMAT,
             "source_fingerprint": self.source_fingerprint,
             "target_fingerprint": self.target_fingerprint,
+            "models_fingerprint": self.models_fingerprint,
             "has_changes": self.has_changes,
             "summary": {risk: len(self.by_risk(risk)) for risk in ops.RISKS},
-            "steps": [s.to_dict() for s in self.steps],
+            "steps": [
+                {**s.to_dict(), "fingerprint_after": f}
+                for s, f in zip(self.steps, self.step_fingerprints, strict=True)
+            ],
             "undeclared_tables": [attrs.asdict(u) for u in self.undeclared],
         }
 
@@ -75,6 +93,22 @@ def key_change(live: Table, target: Table) -> str | None:
             now = type(new.derivation).__name__ if new.derivation else "a plain value"
             return f"key column {new.name} is derived differently ({was} {old.derivation.to_dict()} -> {now})"
     return None
+
+
+def with_known_derivations(live: Catalog, applied: Catalog | None) -> Catalog:
+    """The live catalog with the key derivations tsmigrate applied last time, for tables whose
+    key is still the one it applied (the service stores keys, not how they were derived)."""
+    if applied is None:
+        return live
+    tables = []
+    for table in live.tables:
+        known = applied.table(table.name)
+        if known is not None and [_key_signature(c) for c in known.primary_key] == [
+            _key_signature(c) for c in table.primary_key
+        ]:
+            table = attrs.evolve(table, primary_key=known.primary_key)
+        tables.append(table)
+    return Catalog(tables=tables)
 
 
 def _stream(spec: StreamSpec) -> StreamSpec:
@@ -210,9 +244,16 @@ def make_plan(live: Catalog, target: Catalog, *, prune: bool = False) -> Plan:
         if prune:
             steps.extend(_drop_steps(table))
 
+    state = physical(live)
+    chain = []
+    for step in steps:
+        state = ops.transform(state, step)
+        chain.append(state.fingerprint())
     return Plan(
         steps=steps,
         undeclared=undeclared,
-        source_fingerprint=live.fingerprint(),
-        target_fingerprint=target.fingerprint(),
+        source_fingerprint=physical(live).fingerprint(),
+        target_fingerprint=state.fingerprint(),
+        models_fingerprint=target.fingerprint(),
+        step_fingerprints=chain,
     )

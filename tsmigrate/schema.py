@@ -291,3 +291,21 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
     if version != FORMAT_VERSION:
         raise ValueError(f"unsupported catalog format {version}; this tsmigrate reads {FORMAT_VERSION}")
     return Catalog(tables=[table_from_dict(t) for t in data.get("tables", ())])
+
+
+def physical_table(table: Table) -> Table:
+    """Only what Tablestore itself stores and reports: what inspection of a live table gives."""
+    return attrs.evolve(
+        table,
+        primary_key=[attrs.evolve(c, derivation=None) for c in table.primary_key],
+        secondary_indexes=[attrs.evolve(i, include_base_data=True) for i in table.secondary_indexes],
+        stream=table.stream if table.stream.enabled else StreamSpec(),
+        attributes=(),
+        access_patterns=(),
+        replaces=None,
+        source="",
+    )
+
+
+def physical(catalog: Catalog) -> Catalog:
+    return Catalog(tables=[physical_table(t) for t in catalog.tables])
