@@ -76,6 +76,102 @@ def service_errors(target: str) -> Iterator[None]:
         raise TargetError(f"cannot reach {target}: {exc}") from None
 
 
+class ConditionFailed(TsmigrateError):
+    """A conditional write found the row not as expected (the service's OTSConditionCheckFail)."""
+
+
+# --- rows (tsmigrate's own bookkeeping: state table, lock, history) -------------------------------
+
+_EXPECT = {
+    "ignore": ts.RowExistenceExpectation.IGNORE,
+    "exist": ts.RowExistenceExpectation.EXPECT_EXIST,
+    "not_exist": ts.RowExistenceExpectation.EXPECT_NOT_EXIST,
+}
+
+
+def _condition(expect: str, column_equals: tuple[str, Any] | None) -> ts.Condition:
+    column = None
+    if column_equals is not None:
+        column = ts.SingleColumnCondition(
+            column_equals[0], column_equals[1], ts.ComparatorType.EQUAL, pass_if_missing=False
+        )
+    return ts.Condition(_EXPECT[expect], column)
+
+
+@contextmanager
+def _conditional() -> Iterator[None]:
+    try:
+        yield
+    except ts.OTSServiceError as exc:
+        if exc.code == "OTSConditionCheckFail":
+            raise ConditionFailed(exc.message) from None
+        raise
+
+
+def put_row(
+    client: ts.OTSClient,
+    table: str,
+    key: list[tuple[str, Any]],
+    columns: dict[str, Any],
+    *,
+    expect: str = "ignore",
+    column_equals: tuple[str, Any] | None = None,
+) -> None:
+    with _conditional():
+        client.put_row(table, ts.Row(key, list(columns.items())), _condition(expect, column_equals))
+
+
+def delete_row(
+    client: ts.OTSClient,
+    table: str,
+    key: list[tuple[str, Any]],
+    *,
+    column_equals: tuple[str, Any] | None = None,
+) -> None:
+    with _conditional():
+        client.delete_row(table, ts.Row(key), _condition("ignore", column_equals))
+
+
+def get_row(client: ts.OTSClient, table: str, key: list[tuple[str, Any]]) -> dict[str, Any] | None:
+    _consumed, row, _token = client.get_row(table, key, max_version=1)
+    if row is None:
+        return None
+    return {name: value for name, value, *_ts in row.attribute_columns}
+
+
+def scan_prefix(
+    client: ts.OTSClient, table: str, first: tuple[str, Any], second: str
+) -> list[tuple[Any, dict[str, Any]]]:
+    """Every row whose first key column equals ``first``: (second key value, attributes)."""
+    start = [first, (second, ts.INF_MIN)]
+    end = [first, (second, ts.INF_MAX)]
+    rows = []
+    while start:
+        _consumed, start, page, _token = client.get_range(
+            table, ts.Direction.FORWARD, start, end, max_version=1
+        )
+        for row in page:
+            rows.append((row.primary_key[1][1], {n: v for n, v, *_ in row.attribute_columns}))
+    return rows
+
+
+def create_state_table(client: ts.OTSClient, name: str) -> bool:
+    """Create tsmigrate's bookkeeping table (kind, id) if missing; True when it was created."""
+    if name in client.list_table():
+        return False
+    try:
+        client.create_table(
+            md.TableMeta(name, [("kind", "STRING"), ("id", "STRING")]),
+            md.TableOptions(-1, 1, 86400),
+            md.ReservedThroughput(md.CapacityUnit(0, 0)),
+        )
+    except ts.OTSServiceError as exc:
+        if exc.code != "OTSObjectAlreadyExist":  # another apply created it meanwhile
+            raise
+        return False
+    return True
+
+
 # --- IR -> SDK -----------------------------------------------------------------------------------
 
 
@@ -216,23 +312,23 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 # --- inspection ----------------------------------------------------------------------------------
 
 
+def inspect_table(client: ts.OTSClient, name: str) -> Table:
+    describe = client.describe_table(name)
+    search = []
+    for _table, index_name in client.list_search_index(name):
+        meta, _sync = client.describe_search_index(name, index_name)
+        search.append(ir_search_index(index_name, meta))
+    return ir_table(describe, search)
+
+
 def inspect(
     client: ts.OTSClient, *, exclude: tuple[str, ...] = (), workers: int = INSPECT_WORKERS
 ) -> Catalog:
     """The live instance as IR. Describe calls run concurrently; the SDK's retry policy absorbs
     the service's throttling of table operations."""
     names = [n for n in client.list_table() if n not in exclude]
-
-    def one(name: str) -> Table:
-        describe = client.describe_table(name)
-        search = []
-        for _table, index_name in client.list_search_index(name):
-            meta, _sync = client.describe_search_index(name, index_name)
-            search.append(ir_search_index(index_name, meta))
-        return ir_table(describe, search)
-
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
-        tables = list(pool.map(one, names))
+        tables = list(pool.map(lambda name: inspect_table(client, name), names))
     return Catalog(tables=tables)
 
 
@@ -291,22 +387,31 @@ EXECUTORS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
 }
 
 
-class UnsupportedStep(Exception):
-    """The step needs an API the SDK lacks and the raw client does not offer yet."""
+def can_execute(step: ops.Step) -> bool:
+    return type(step) in EXECUTORS
 
 
 def execute(client: ts.OTSClient, step: ops.Step) -> None:
-    try:
-        run = EXECUTORS[type(step)]
-    except KeyError:
-        raise UnsupportedStep(f"{step.kind} cannot be executed yet: {step.summary()}") from None
-    run(client, step)
+    EXECUTORS[type(step)](client, step)
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float = 120.0, interval_s: float = 0.2) -> bool:
+def settle(
+    client: ts.OTSClient, name: str, expected: Table | None, timeout_s: float = 300.0
+) -> bool:
+    """Wait until table ``name`` looks as ``expected`` (None: gone), as index builds and drops
+    finish in the background on the service; False on timeout."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
+    delay = 0.05
+    while True:
+        try:
+            current: Table | None = inspect_table(client, name)
+        except ts.OTSServiceError as exc:
+            if exc.code != "OTSObjectNotExist":
+                raise
+            current = None
+        if current == expected:
             return True
-        time.sleep(interval_s)
-    return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)

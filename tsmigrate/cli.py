@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 error (problems found, bad input), 2 reserved for "chan
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -87,13 +88,17 @@ def _catalog(project_dir: Path | None, models: tuple[str, ...]):
 
 
 def _inspect(project, target_name, endpoint, instance):
-    """The live catalog of the target (read calls only)."""
+    """The live catalog of the target (read calls only), with the key derivations tsmigrate
+    recorded when it last applied."""
     from tsmigrate import adapter
+    from tsmigrate.plan import with_known_derivations
+    from tsmigrate.state import STATE_TABLE, State
     from tsmigrate.target import connect, resolve_target
 
     target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
-        return target, adapter.inspect(client)
+        live = adapter.inspect(client, exclude=(STATE_TABLE,))
+        return target, with_known_derivations(live, State(client).applied_catalog())
 
 
 @click.group()
@@ -149,6 +154,7 @@ def show(models: tuple[str, ...], project: Path | None, fmt: str) -> None:
 @reports_errors
 def plan(models, project, target_name, endpoint, instance, fmt, out, prune, detailed_exitcode):
     """Show what apply would change on the target (read calls only)."""
+    from tsmigrate.apply import plan_document
     from tsmigrate.plan import make_plan
     from tsmigrate.planrender import plan_json, plan_markdown, plan_text
 
@@ -156,7 +162,8 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     target, live = _inspect(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune)
     if out is not None:
-        out.write_text(plan_json(result), encoding="utf-8")
+        document = plan_document(result, target.identity)
+        out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if fmt == "json":
         click.echo(plan_json(result), nl=False)
     elif fmt == "markdown":
@@ -169,18 +176,85 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
         sys.exit(2)
 
 
+@main.command(name="apply")
+@models_option
+@project_option
+@with_target
+@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Apply exactly this plan (from plan --out); refused if the instance changed.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--allow-destructive", is_flag=True,
+              help="Allow steps that lose data, versions, indexes or stream records.")
+@click.option("--prune", is_flag=True, help="Also drop tables that no model declares.")
+@reports_errors
+def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
+                  allow_destructive, prune):
+    """Change the target to match the models (takes a lock, records history)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tsmigrate import adapter
+    from tsmigrate.apply import ApplyRefused, apply
+    from tsmigrate.planrender import plan_text
+    from tsmigrate.target import connect, resolve_target
+
+    proj, catalog = _catalog(project, models)
+    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+    document = None
+    if plan_file is not None:
+        try:
+            document = json.loads(plan_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ApplyRefused(f"cannot read plan file {plan_file}: {exc}") from None
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[dim]target: {target.describe()}[/]")
+
+    def confirm(plan) -> bool:
+        console.print(plan_text(plan), end="")
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise ApplyRefused("confirmation needed: run interactively, or pass --yes")
+        return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("applying", total=None)
+
+        def progress(number, total, step) -> None:
+            bar.update(task, total=total, completed=number - 1, description=step.summary()[:60])
+
+        with adapter.service_errors(target.describe()), connect(proj, target) as client:
+            outcome = apply(client, catalog, target_identity=target.identity, document=document,
+                            allow_destructive=allow_destructive, prune=prune, confirm=confirm,
+                            progress=progress)
+    if outcome.note:
+        console.print(f"[dim]{outcome.note}[/]")
+    if outcome.executed:
+        console.print(f"[bold green]Applied {outcome.executed} step(s).[/]")
+    else:
+        console.print("[bold green]No changes.[/] The instance matches the models.")
+
+
 @main.command(name="inspect")
 @project_option
 @with_target
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
+@click.option("--write-models", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write model source for the live tables into this package directory (adoption).")
 @reports_errors
-def inspect_command(project, target_name, endpoint, instance, fmt):
-    """Print the schema of the live instance."""
+def inspect_command(project, target_name, endpoint, instance, fmt, write_models):
+    """Print the schema of the live instance, or write models for it."""
     from tsmigrate.config import load_project
     from tsmigrate.render import catalog_text
 
     _target, live = _inspect(load_project(project), target_name, endpoint, instance)
+    if write_models is not None:
+        from tsmigrate.adopt import write_models as write
+
+        for path in write(live, write_models):
+            click.echo(f"wrote {path}")
+        return
     click.echo(live.to_json() if fmt == "json" else catalog_text(live), nl=fmt == "json")
 
 

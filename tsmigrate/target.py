@@ -37,6 +37,11 @@ class Target:
     def embedded(self) -> bool:
         return self.endpoint is None
 
+    @property
+    def identity(self) -> str:
+        """What a plan file records to be applied only where it was made."""
+        return f"local:{self.instance}" if self.embedded else f"{self.endpoint}#{self.instance}"
+
     def describe(self) -> str:
         if self.embedded:
             return f"embedded local instance '{self.instance}'"

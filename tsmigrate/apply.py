@@ -1,0 +1,162 @@
+"""Apply: execute exactly the plan that inspection of the live instance gives, safely.
+
+- The lock (a conditional write in the instance) keeps two applies apart.
+- A plan file pins the change: apply refuses when the file was edited, was made for another
+  instance or other models, or when the live schema is no longer the one it was made from. A
+  live schema equal to a state *inside* the plan (an earlier apply of it died midway) resumes
+  from there.
+- Nothing destructive runs without ``allow_destructive``; rewrites wait for the rewrite engine.
+- Every step is recorded in the history, executed, then waited on until the live table looks as
+  the plan predicted; a crash leaves a state that the next apply plans from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from tsmigrate import adapter, ops
+from tsmigrate.errors import TsmigrateError
+from tsmigrate.plan import PLAN_FORMAT, Plan, make_plan, with_known_derivations
+from tsmigrate.schema import Catalog, physical
+from tsmigrate.state import STATE_TABLE, State
+
+
+class ApplyRefused(TsmigrateError):
+    """Apply will not run this plan (and changed nothing)."""
+
+
+# --- plan files ----------------------------------------------------------------------------------
+
+
+def _checksum(document: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in document.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_document(plan: Plan, target_identity: str) -> dict[str, Any]:
+    """The plan as written by ``plan --out``: the JSON plan, the target, and a checksum."""
+    document = {**plan.to_dict(), "target": target_identity}
+    document["checksum"] = _checksum(document)
+    return document
+
+
+def check_plan_document(document: Mapping[str, Any], target_identity: str, models: Catalog) -> None:
+    if document.get("format") != PLAN_FORMAT or "checksum" not in document:
+        raise ApplyRefused("the plan file is not a tsmigrate plan (written by tsmigrate plan --out)")
+    if document["checksum"] != _checksum(document):
+        raise ApplyRefused("the plan file was edited after tsmigrate wrote it (checksum mismatch)")
+    if document.get("target") != target_identity:
+        raise ApplyRefused(
+            f"the plan was made for {document.get('target')}, not for {target_identity}"
+        )
+    if document.get("models_fingerprint") != models.fingerprint():
+        raise ApplyRefused("the plan was made for other models than the ones found now; plan again")
+
+
+def _resume_point(document: Mapping[str, Any], live_fingerprint: str) -> int:
+    """How many of the file's steps the live schema already reflects."""
+    if live_fingerprint == document["source_fingerprint"]:
+        return 0
+    for number, step in enumerate(document["steps"], 1):
+        if step.get("fingerprint_after") == live_fingerprint:
+            return number
+    raise ApplyRefused(
+        "the live schema changed since the plan was made (fingerprint "
+        f"{live_fingerprint[:19]} is not the plan's {document['source_fingerprint'][:19]}); "
+        "plan again"
+    )
+
+
+# --- apply ---------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Outcome:
+    plan: Plan
+    executed: int
+    note: str = ""
+
+
+Progress = Callable[[int, int, ops.Step], None]
+
+
+def _current_plan(client: Any, state: State, models: Catalog, prune: bool) -> Plan:
+    live = adapter.inspect(client, exclude=(STATE_TABLE,))
+    return make_plan(with_known_derivations(live, state.applied_catalog()), models, prune=prune)
+
+
+def apply(
+    client: Any,
+    models: Catalog,
+    *,
+    target_identity: str,
+    document: Mapping[str, Any] | None = None,
+    allow_destructive: bool = False,
+    prune: bool = False,
+    confirm: Callable[[Plan], bool] = lambda plan: True,
+    progress: Progress | None = None,
+) -> Outcome:
+    if document is not None:
+        check_plan_document(document, target_identity, models)
+    state = State(client)
+    state.ensure_table()
+    note = state.acquire() or ""
+    try:
+        plan = _current_plan(client, state, models, prune)
+        plan_id = plan.models_fingerprint[7:23]
+        if document is not None:
+            done = _resume_point(document, plan.source_fingerprint)
+            expected = [s["summary"] for s in document["steps"][done:]]
+            if [s.summary() for s in plan.steps] != expected:
+                raise ApplyRefused("the live schema no longer leads to the planned steps; plan again")
+            plan_id = document["checksum"][7:23]
+            if done:
+                note = "; ".join(filter(None, [note, f"resuming after step {done} of the plan"]))
+        destructive = plan.by_risk(ops.DESTRUCTIVE)
+        if destructive and not allow_destructive:
+            listed = "; ".join(s.summary() for s in destructive)
+            raise ApplyRefused(
+                f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
+            )
+        rewrites = [s for s in plan.steps if isinstance(s, ops.RewriteTable)]
+        if rewrites:
+            raise ApplyRefused(
+                f"{rewrites[0].summary()} needs the rewrite engine, which this version does not "
+                "include yet; nothing was changed"
+            )
+        unsupported = [s for s in plan.steps if not adapter.can_execute(s)]
+        if unsupported:
+            raise ApplyRefused(
+                f"{unsupported[0].summary()} needs an API this version cannot call yet; "
+                "nothing was changed"
+            )
+        if not plan.has_changes:
+            state.save_catalog(models)
+            return Outcome(plan, 0, note)
+        if not confirm(plan):
+            raise ApplyRefused("apply cancelled; nothing was changed")
+        predicted = physical(adapter.inspect(client, exclude=(STATE_TABLE,)))
+        for number, step in enumerate(plan.steps, 1):
+            if progress is not None:
+                progress(number, len(plan.steps), step)
+            state.renew()
+            state.record(step, "started", plan_id=plan_id)
+            try:
+                adapter.execute(client, step)
+                predicted = ops.transform(predicted, step)
+                if not adapter.settle(client, step.table, predicted.table(step.table)):
+                    raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
+            except Exception as exc:
+                state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
+                raise
+            state.record(step, "done", plan_id=plan_id)
+        state.save_catalog(models)
+        return Outcome(plan, len(plan.steps), note)
+    finally:
+        state.release()
