@@ -18,6 +18,7 @@ from tablestore import metadata as md
 
 from tsmigrate import ops
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.pacing import Pacer, Unpaced
 from tsmigrate.schema import (
     GLOBAL,
     LOCAL,
@@ -52,6 +53,7 @@ _ANALYZER_PARAMETERS = {
     "fuzzy": md.FuzzyAnalyzerParameter,
 }
 INSPECT_WORKERS = 16
+UNPACED = Unpaced()
 
 
 class TargetError(TsmigrateError):
@@ -312,7 +314,8 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 # --- inspection ----------------------------------------------------------------------------------
 
 
-def inspect_table(client: ts.OTSClient, name: str) -> Table:
+def inspect_table(client: ts.OTSClient, name: str, pacer: Pacer | Unpaced = UNPACED) -> Table:
+    pacer.acquire()
     describe = client.describe_table(name)
     search = []
     for _table, index_name in client.list_search_index(name):
@@ -322,13 +325,18 @@ def inspect_table(client: ts.OTSClient, name: str) -> Table:
 
 
 def inspect(
-    client: ts.OTSClient, *, exclude: tuple[str, ...] = (), workers: int = INSPECT_WORKERS
+    client: ts.OTSClient,
+    *,
+    exclude: tuple[str, ...] = (),
+    workers: int = INSPECT_WORKERS,
+    pacer: Pacer | Unpaced = UNPACED,
 ) -> Catalog:
-    """The live instance as IR. Describe calls run concurrently; the SDK's retry policy absorbs
-    the service's throttling of table operations."""
+    """The live instance as IR. Describe calls run concurrently, table-level ones paced to the
+    instance's limit so that the service never has to throttle them."""
+    pacer.acquire()
     names = [n for n in client.list_table() if n not in exclude]
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
-        tables = list(pool.map(lambda name: inspect_table(client, name), names))
+        tables = list(pool.map(lambda name: inspect_table(client, name, pacer), names))
     return Catalog(tables=tables)
 
 

@@ -21,6 +21,7 @@ import attrs
 
 from tsmigrate import adapter, ops
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.pacing import Pacer, Unpaced
 from tsmigrate.plan import PLAN_FORMAT, Plan, make_plan, with_known_derivations
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
@@ -86,8 +87,8 @@ class Outcome:
 Progress = Callable[[int, int, ops.Step], None]
 
 
-def _current_plan(client: Any, state: State, models: Catalog, prune: bool) -> Plan:
-    live = adapter.inspect(client, exclude=(STATE_TABLE,))
+def _current_plan(client: Any, state: State, models: Catalog, prune: bool, pacer: Any) -> Plan:
+    live = adapter.inspect(client, exclude=(STATE_TABLE,), pacer=pacer)
     return make_plan(with_known_derivations(live, state.applied_catalog()), models, prune=prune)
 
 
@@ -101,6 +102,7 @@ def apply(
     prune: bool = False,
     confirm: Callable[[Plan], bool] = lambda plan: True,
     progress: Progress | None = None,
+    pacer: Pacer | Unpaced = adapter.UNPACED,
 ) -> Outcome:
     if document is not None:
         check_plan_document(document, target_identity, models)
@@ -108,7 +110,7 @@ def apply(
     state.ensure_table()
     note = state.acquire() or ""
     try:
-        plan = _current_plan(client, state, models, prune)
+        plan = _current_plan(client, state, models, prune, pacer)
         plan_id = plan.models_fingerprint[7:23]
         if document is not None:
             done = _resume_point(document, plan.source_fingerprint)
@@ -141,13 +143,14 @@ def apply(
             return Outcome(plan, 0, note)
         if not confirm(plan):
             raise ApplyRefused("apply cancelled; nothing was changed")
-        predicted = physical(adapter.inspect(client, exclude=(STATE_TABLE,)))
+        predicted = physical(adapter.inspect(client, exclude=(STATE_TABLE,), pacer=pacer))
         for number, step in enumerate(plan.steps, 1):
             if progress is not None:
                 progress(number, len(plan.steps), step)
             state.renew()
             state.record(step, "started", plan_id=plan_id)
             try:
+                pacer.acquire()
                 adapter.execute(client, step)
                 predicted = ops.transform(predicted, step)
                 if not adapter.settle(client, step.table, predicted.table(step.table)):

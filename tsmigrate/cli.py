@@ -97,7 +97,7 @@ def _inspect(project, target_name, endpoint, instance):
 
     target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
-        live = adapter.inspect(client, exclude=(STATE_TABLE,))
+        live = adapter.inspect(client, exclude=(STATE_TABLE,), pacer=target.pacer())
         return target, with_known_derivations(live, State(client).applied_catalog())
 
 
@@ -226,7 +226,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
             outcome = apply(client, catalog, target_identity=target.identity, document=document,
                             allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                            progress=progress)
+                            progress=progress, pacer=target.pacer())
     if outcome.note:
         console.print(f"[dim]{outcome.note}[/]")
     if outcome.executed:

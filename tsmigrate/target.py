@@ -22,9 +22,11 @@ import attrs
 
 from tsmigrate.config import Project
 from tsmigrate.errors import ConfigError
+from tsmigrate.pacing import Pacer, Unpaced
 
 LOCAL_DATA = Path(".tsmigrate") / "local"
 LOCAL_INSTANCE = "local"
+SERVICE_TABLE_OPS_PER_S = 10  # the service's documented limit per instance
 
 
 @attrs.frozen
@@ -32,6 +34,11 @@ class Target:
     endpoint: str | None  # None: the embedded local instance
     instance: str
     name: str
+    # Pace table-level calls to this many per second (None: no pacing, as for the local server).
+    table_ops_per_s: int | None = SERVICE_TABLE_OPS_PER_S
+
+    def pacer(self) -> Pacer | Unpaced:
+        return Pacer(self.table_ops_per_s) if self.table_ops_per_s else Unpaced()
 
     @property
     def embedded(self) -> bool:
@@ -69,18 +76,23 @@ def resolve_target(
                 f"[tool.tsmigrate.targets.{target}] with endpoint and instance"
             )
         spec = targets[target]
+        if not isinstance(spec, dict):
+            raise ConfigError(f"[tool.tsmigrate.targets.{target}] must be a table")
         if target == "local" and not spec.get("endpoint"):
-            return Target(None, spec.get("instance", LOCAL_INSTANCE), target)
-        if not isinstance(spec, dict) or not spec.get("endpoint") or not spec.get("instance"):
+            return Target(None, spec.get("instance", LOCAL_INSTANCE), target, None)
+        if not spec.get("endpoint") or not spec.get("instance"):
             raise ConfigError(f"target {target!r} needs both endpoint and instance")
-        return Target(spec["endpoint"], spec["instance"], target)
+        rate = spec.get("table_ops_per_s", SERVICE_TABLE_OPS_PER_S)
+        if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
+            raise ConfigError(f"target {target!r}: table_ops_per_s must be a whole number (0: no pacing)")
+        return Target(spec["endpoint"], spec["instance"], target, rate or None)
     env_endpoint = environ.get("TSMIGRATE_ENDPOINT")
     env_instance = environ.get("TSMIGRATE_INSTANCE")
     if env_endpoint or env_instance:
         if not (env_endpoint and env_instance):
             raise ConfigError("set both TSMIGRATE_ENDPOINT and TSMIGRATE_INSTANCE, or neither")
         return Target(env_endpoint, env_instance, "environment")
-    return Target(None, LOCAL_INSTANCE, "local")
+    return Target(None, LOCAL_INSTANCE, "local", None)
 
 
 def credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str | None]:
