@@ -16,13 +16,14 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import rows, tables
+from tsmigrate.local import rows, searchapi, tables
 from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
 from tsmigrate.local.errors import OTSError, auth_failed, invalid
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.plainbuffer import PlainBufferError
+from tsmigrate.local.search import ScanSessions
 from tsmigrate.local.storage import Storage, StoredRow
 from tsmigrate.local.transport import HTTPServer, Request, Response
 
@@ -40,7 +41,9 @@ Handler = Callable[["Context", Any], "Message | bytes"]
 # (None when absent). Secondary-index maintenance and streams hook in here.
 MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
 
-HANDLERS: dict[str, tuple[type[Message], Handler]] = {**tables.HANDLERS, **rows.HANDLERS}
+HANDLERS: dict[str, tuple[type[Message], Handler]] = {
+    **tables.HANDLERS, **rows.HANDLERS, **searchapi.HANDLERS
+}
 
 
 @dataclass
@@ -71,6 +74,8 @@ class ServerOptions:
     faults: FaultPlan | None = None
     allow_any_instance: bool = False  # accept (and create on first use) any instance name
     instances: set[str] = field(default_factory=lambda: {"local"})
+    search_full_sync_s: float = 0.0  # a new search index reports sync phase FULL this long
+    search_splits_size: int = 1  # ComputeSplits' splits_size (read when the server starts)
 
 
 class LocalServer:
@@ -85,6 +90,7 @@ class LocalServer:
         self.credentials = credentials
         self.options = options or ServerOptions()
         self.storage = Storage(data_dir)
+        self.scan_sessions = ScanSessions(self.options.search_splits_size)
         self.mutation_hooks: list[MutationHook] = []
         self.clock_offset = 0.0  # seconds added to the clock of data (tests move time forward)
         self._table_ops: dict[str, collections.deque[float]] = {}

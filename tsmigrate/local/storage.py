@@ -40,6 +40,10 @@ CREATE TABLE IF NOT EXISTS rows (
     latest BLOB NOT NULL, mints INTEGER, cells BLOB NOT NULL,
     PRIMARY KEY (t, k)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS search_indexes (
+    instance TEXT NOT NULL, table_name TEXT NOT NULL, index_name TEXT NOT NULL,
+    schema BLOB NOT NULL, ttl INTEGER NOT NULL, create_time INTEGER NOT NULL, meta TEXT NOT NULL,
+    PRIMARY KEY (instance, table_name, index_name)) WITHOUT ROWID;
 """
 
 
@@ -61,6 +65,18 @@ class StoredRow(NamedTuple):
     @staticmethod
     def pack(pk_values: tuple[object, ...], cells: Cells) -> bytes:
         return marshal.dumps((pk_values, cells))
+
+
+class SearchIndexRecord(NamedTuple):
+    """A search index as stored: the IndexSchema bytes, TTL (s), creation time (ms) and `meta`,
+    JSON that searchapi owns (reindex links, traffic weights)."""
+
+    table_name: str
+    index_name: str
+    schema: bytes
+    ttl: int
+    create_time: int
+    meta: str
 
 
 class Storage:
@@ -210,6 +226,36 @@ class Storage:
                 " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
             )
         return self._db.execute(sql, (table_id, start, end, limit)).fetchall()
+
+    # -- search indexes (metadata only: searches read the rows) -----------------------------------
+
+    def search_indexes(self, instance: str, table_name: str | None = None) -> list[SearchIndexRecord]:
+        """The instance's search indexes (of one table when given), by table then index name."""
+        self._flush()
+        sql = "SELECT table_name, index_name, schema, ttl, create_time, meta FROM search_indexes"
+        if table_name is None:
+            rows = self._db.execute(f"{sql} WHERE instance = ? ORDER BY table_name, index_name",
+                                    (instance,))
+        else:
+            rows = self._db.execute(f"{sql} WHERE instance = ? AND table_name = ? ORDER BY index_name",
+                                    (instance, table_name))
+        return [SearchIndexRecord(*r) for r in rows.fetchall()]
+
+    def save_search_index(self, instance: str, record: SearchIndexRecord) -> None:
+        self._flush()
+        self._db.execute(
+            "INSERT OR REPLACE INTO search_indexes"
+            " (instance, table_name, index_name, schema, ttl, create_time, meta)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (instance, *record),
+        )
+
+    def drop_search_index(self, instance: str, table_name: str, index_name: str) -> None:
+        self._flush()
+        self._db.execute(
+            "DELETE FROM search_indexes WHERE instance = ? AND table_name = ? AND index_name = ?",
+            (instance, table_name, index_name),
+        )
 
     def next_auto_increment(self, table_id: int, floor: int) -> int:
         """A value above every one handed out for the table, and at least `floor`."""

@@ -18,6 +18,7 @@ from tsmigrate.local import keycodec
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import IndexInfo, PKColumn, TableInfo
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
+from tsmigrate.local.searchapi import check_delete_table, check_update_table
 
 if TYPE_CHECKING:
     from tsmigrate.local.server import Context
@@ -364,6 +365,7 @@ def _fill_stream(details: pb.StreamDetails, info: TableInfo) -> None:
 def delete_table(ctx: Context, req: pb.DeleteTableRequest) -> pb.DeleteTableResponse:
     with ctx.storage.transaction():
         info = get_table(ctx, req.table_name)
+        check_delete_table(ctx, info)
         ctx.storage.drop_table(ctx.instance, info)
     return pb.DeleteTableResponse()
 
@@ -383,6 +385,7 @@ def update_table(ctx: Context, req: pb.UpdateTableRequest) -> pb.UpdateTableResp
                 raise invalid("No parameter is specified in table options.")
             _apply_options(info, req.table_options)
             _check_index_base_options(info)
+            check_update_table(ctx, info)
         if has_cu:
             _update_cu(ctx, info, req.reserved_throughput.capacity_unit)
         if req.HasField("stream_spec"):
