@@ -12,7 +12,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tablestore.protobuf import table_store_pb2 as pb
 
@@ -193,6 +193,15 @@ def _add_version(cells: Cells, name: str, version: tuple[int, object, bytes, int
 # -- row mutations -------------------------------------------------------------------------------
 
 
+class RowChange(NamedTuple):
+    """A write in the request's terms, for mutation hooks (`Context.row_change`): the operation
+    (pb.PUT / UPDATE / DELETE) and its cells as (name, value, op, timestamp), with the server's
+    timestamps filled in. An increment appears as the value it produced."""
+
+    op: int
+    cells: list[tuple[str, object, int | None, int | None]]
+
+
 @dataclass
 class WriteResult:
     row: bytes  # response `row` (empty unless asked for)
@@ -235,6 +244,7 @@ class _Mutation:
             encoded_pk = pk_bytes, bytes(crcs)
         self.pk, self.pkc = encoded_pk
         self.condition = condition
+        self.hooks = ctx.server.hooks_for(table)
         self._old: StoredRow | None = None
         self._loaded = False
 
@@ -244,7 +254,7 @@ class _Mutation:
         return (
             c.row_existence != pb.IGNORE
             or c.HasField("column_condition")
-            or bool(self.ctx.server.mutation_hooks)
+            or bool(self.hooks)
         )
 
     def old(self) -> StoredRow | None:
@@ -268,8 +278,9 @@ class _Mutation:
             if not compile_filter(c.column_condition).matches(rowdata.filter_columns(cells)):
                 raise condition_failed()
 
-    def write(self, cells: Cells | None) -> StoredRow | None:
-        """Store the row with `cells` (None deletes it) and run the mutation hooks."""
+    def write(self, cells: Cells | None, change: RowChange | None = None) -> StoredRow | None:
+        """Store the row with `cells` (None deletes it) and run the mutation hooks, which see
+        `change` as `ctx.row_change`."""
         storage = self.ctx.storage
         new = None
         if cells is None:
@@ -277,8 +288,11 @@ class _Mutation:
         else:
             new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells)
             storage.put(self.table.table_id, new)
-        for hook in self.ctx.server.mutation_hooks:
-            hook(self.ctx, self.table, self.key, self.old(), new)
+        if self.hooks:
+            self.ctx.row_change = change
+            for hook in self.hooks:
+                hook(self.ctx, self.table, self.key, self.old(), new)
+            self.ctx.row_change = None
         return new
 
     def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
@@ -351,7 +365,10 @@ def put_one(
             cells[name] = [(ts, value, encoded, crc)]
     mutation = _Mutation(ctx, table, pk, condition, encoded_pk)
     mutation.check_condition()
-    new = mutation.write(cells)
+    change = None
+    if mutation.hooks:
+        change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
+    new = mutation.write(cells, change)
     return mutation.result(return_content, new, size + len(mutation.pk))
 
 
@@ -382,15 +399,19 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
     old = mutation.old()
     cells = rowdata.live_cells(table, old.data[1], now_ms) if old is not None else {}
     size = 0
+    change = RowChange(pb.UPDATE, [])
     for cell in row.cells:
         if cell.op is None:
             ts = now_ms if cell.timestamp is None else cell.timestamp
             version = _version(cell.name, cell.value, ts)
             size += len(version[2])
             _add_version(cells, cell.name, version)
+            change.cells.append((cell.name, cell.value, None, ts))
         elif cell.op == OP_DELETE_ALL:
             cells.pop(cell.name, None)
+            change.cells.append((cell.name, None, OP_DELETE_ALL, None))
         elif cell.op == OP_DELETE_ONE:
+            change.cells.append((cell.name, None, OP_DELETE_ONE, cell.timestamp))
             remaining = [v for v in cells.get(cell.name, ()) if v[0] != cell.timestamp]
             if remaining:
                 cells[cell.name] = remaining
@@ -407,15 +428,16 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
             version = _version(cell.name, total, now_ms)
             size += len(version[2])
             _add_version(cells, cell.name, version)
+            change.cells.append((cell.name, total, None, now_ms))
     for name, versions in cells.items():
         cells[name] = versions[: table.max_versions]
     if cells:
-        new = mutation.write(cells)
+        new = mutation.write(cells, change)
     else:
         # A row left without cells no longer exists (nor is it created by a delete-only update).
         new = None
         if old is not None:
-            mutation.write(None)
+            mutation.write(None, change)
     return mutation.result(return_content, new, size + len(mutation.pk))
 
 
@@ -452,7 +474,7 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
     mutation = _Mutation(ctx, table, row.primary_key, condition)
     mutation.check_condition()
     if not mutation.needs_old or mutation.old() is not None:
-        mutation.write(None)
+        mutation.write(None, RowChange(pb.DELETE, []))
     return mutation.result(return_content, None, len(mutation.pk))
 
 
@@ -671,10 +693,10 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
         plan.append((item, table, decoded))
     faults = ctx.server.options.faults
     # Rows write with one statement each, so only mutation hooks need per-row savepoints.
-    isolate = ctx.storage.savepoint if ctx.server.mutation_hooks else contextlib.nullcontext
     tables = []
     with ctx.storage.transaction():
         for item, table, decoded in plan:
+            isolate = ctx.storage.savepoint if ctx.server.hooks_for(table) else contextlib.nullcontext
             results = []
             for request_row, row in zip(item.rows, decoded, strict=True):
                 try:

@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import rows, searchapi, tables
+from tsmigrate.local import columns, rows, searchapi, splits, streams, tables
 from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
 from tsmigrate.local.errors import OTSError, auth_failed, invalid
 from tsmigrate.local.faults import FaultPlan
@@ -33,16 +33,19 @@ MAX_BODY = 5 * 1024 * 1024
 TABLE_OPS_WINDOW_S = 1.0
 TABLE_OPS = frozenset(
     {"CreateTable", "DeleteTable", "UpdateTable", "DescribeTable", "ListTable", "CreateIndex",
-     "DropIndex"}
+     "DropIndex", "AddDefinedColumn", "DeleteDefinedColumn"}
 )
 # A handler returns the response message, or its serialization when it builds that itself.
 Handler = Callable[["Context", Any], "Message | bytes"]
 # Called after every row mutation inside the request's transaction, with the row before and after
 # (None when absent). Secondary-index maintenance and streams hook in here.
 MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
+# Which tables a table-scoped hook acts on (see `LocalServer.add_table_hook`).
+HookScope = Callable[[TableInfo], bool]
 
 HANDLERS: dict[str, tuple[type[Message], Handler]] = {
-    **tables.HANDLERS, **rows.HANDLERS, **searchapi.HANDLERS
+    **tables.HANDLERS, **rows.HANDLERS, **streams.HANDLERS, **splits.HANDLERS, **columns.HANDLERS,
+    **searchapi.HANDLERS,
 }
 
 
@@ -55,6 +58,8 @@ class Context:
     api: str
     now: float  # seconds since the epoch
     now_ms: int = field(init=False)  # the same instant in ms: the server's cell timestamp
+    # The write being applied, in the request's terms, while mutation hooks run (streams log it).
+    row_change: rows.RowChange | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.now_ms = int(self.now * 1000)
@@ -91,11 +96,13 @@ class LocalServer:
         self.options = options or ServerOptions()
         self.storage = Storage(data_dir)
         self.scan_sessions = ScanSessions(self.options.search_splits_size)
-        self.mutation_hooks: list[MutationHook] = []
+        self.mutation_hooks: list[MutationHook] = []  # run for writes to every table
+        self._table_hooks: list[tuple[HookScope, MutationHook]] = []
         self.clock_offset = 0.0  # seconds added to the clock of data (tests move time forward)
         self._table_ops: dict[str, collections.deque[float]] = {}
         self._rate_lock = threading.Lock()
         self._http = HTTPServer(host, port, self.handle, MAX_BODY)
+        streams.install(self)
 
     @property
     def endpoint(self) -> str:
@@ -114,6 +121,19 @@ class LocalServer:
 
     def add_instance(self, name: str) -> None:
         self.options.instances.add(name)
+
+    def add_table_hook(self, scope: HookScope, hook: MutationHook) -> None:
+        """Run `hook` after mutations of the tables `scope` accepts (checked on every write, so
+        it may follow table settings). Writes to other tables keep the fast path: no read of the
+        old row, no per-row savepoint in batches."""
+        self._table_hooks.append((scope, hook))
+
+    def hooks_for(self, table: TableInfo) -> list[MutationHook]:
+        """The mutation hooks that apply to writes of `table`."""
+        if not self._table_hooks:
+            return self.mutation_hooks
+        scoped = [hook for scope, hook in self._table_hooks if scope(table)]
+        return self.mutation_hooks + scoped if scoped else self.mutation_hooks
 
     # -- request handling ------------------------------------------------------------------------
 

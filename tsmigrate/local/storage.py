@@ -15,7 +15,7 @@ import marshal
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -264,6 +264,12 @@ class Storage:
         value = max(floor, (row[0] + 1) if row else floor)
         self._db.execute("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", (name, value))
         return value
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+        """One statement on the database, after pending row writes: for features that keep
+        their own SQLite tables (streams), in the current transaction when there is one."""
+        self._flush()
+        return self._db.execute(sql, params)
 
     def _next_counter(self, name: str, start: int) -> int:
         row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()

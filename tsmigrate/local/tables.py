@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import keycodec
+from tsmigrate.local import keycodec, streams
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import IndexInfo, PKColumn, TableInfo
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
@@ -367,6 +367,7 @@ def delete_table(ctx: Context, req: pb.DeleteTableRequest) -> pb.DeleteTableResp
         info = get_table(ctx, req.table_name)
         check_delete_table(ctx, info)
         ctx.storage.drop_table(ctx.instance, info)
+        streams.drop_records(ctx.storage, info.stream_id)
     return pb.DeleteTableResponse()
 
 
@@ -390,6 +391,8 @@ def update_table(ctx: Context, req: pb.UpdateTableRequest) -> pb.UpdateTableResp
             _update_cu(ctx, info, req.reserved_throughput.capacity_unit)
         if req.HasField("stream_spec"):
             _apply_stream(info, req.stream_spec, ctx.now)
+            if info.stream_id is None:
+                streams.drop_records(ctx.storage, get_table(ctx, req.table_name).stream_id)
         ctx.storage.save_table(ctx.instance, info)
     resp = pb.UpdateTableResponse()
     _fill_throughput(resp.reserved_throughput_details, info)

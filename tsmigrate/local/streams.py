@@ -1,0 +1,290 @@
+"""Streams: the change log of stream-enabled tables, and ListStream, DescribeStream,
+GetShardIterator, GetStreamRecord (the SDK's `table_store.proto` messages).
+
+The stream specification itself lives on the table (`tables.py`: CreateTable / UpdateTable
+validate it, DescribeTable / UpdateTable return `stream_details`). A stream has one shard.
+
+Every mutation of a stream-enabled table appends one record, in the service's format
+`GetStreamRecordResponse.StreamRecord{action_type, record}`, `record` being one PlainBuffer row
+with header, as the Java SDK's `PlainBufferConversion.toStreamRecord` reads it:
+
+- PUT_ROW: the primary key and every written cell, with value and timestamp;
+- UPDATE_ROW: the primary key and the update's cells: a put with value and timestamp (an
+  increment is logged as the value it produced), "delete one version" as op 3 with the version's
+  timestamp, "delete all versions" as op 1 alone;
+- DELETE_ROW: the primary key and the delete-row marker.
+
+No sequence-info extension (TAG_EXTENSION) is written: Java readers treat it as optional and the
+Python SDK's PlainBuffer reader cannot skip it.
+
+Records are written by a mutation hook scoped to stream-enabled tables, in the write's own
+transaction (a failed batch row leaves no record), into SQLite tables next to the rows, so they
+are durable with the data directory. Records older than the stream's expiration (hours, on the
+data clock that `server.clock_offset` moves) are trimmed. A shard iterator is
+`base64url(JSON) "." base64url(HMAC-SHA256)` under a key kept in the database; one that points at
+trimmed records, at a stream that no longer exists, or that was altered gets
+`404 OTSTrimmedDataAccess` (as the service and the Java stream client's mock answer). Disabling a
+stream or deleting its table drops its records; enabling it again gives a new stream id.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import struct
+from typing import TYPE_CHECKING, Any
+
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate.local.errors import OTSError, invalid, table_not_exist
+from tsmigrate.local.model import TableInfo
+from tsmigrate.local.plainbuffer import HEADER, assemble_row, crc8_bytes, encode_cell
+from tsmigrate.local.storage import Storage, StoredRow
+
+if TYPE_CHECKING:
+    from tsmigrate.local.server import Context, LocalServer
+
+MAX_RECORDS = 1000  # per GetStreamRecord
+MAX_RECORD_BYTES = 4 * 1024 * 1024  # per GetStreamRecord (at least one record is returned)
+TRIM_EVERY = 1024  # writes trim expired records once per this many records
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS stream_records (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " stream_id TEXT NOT NULL, ts INTEGER NOT NULL, action INTEGER NOT NULL, record BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS stream_records_seq ON stream_records (stream_id, seq)",
+    "CREATE INDEX IF NOT EXISTS stream_records_ts ON stream_records (stream_id, ts)",
+    # The highest sequence number trimmed per stream: iterators at or below it are stale.
+    "CREATE TABLE IF NOT EXISTS stream_trims (stream_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS stream_keys (name TEXT PRIMARY KEY, key BLOB NOT NULL) WITHOUT ROWID",
+)
+_ACTIONS = {pb.PUT: pb.PUT_ROW, pb.UPDATE: pb.UPDATE_ROW, pb.DELETE: pb.DELETE_ROW}
+_pack_len = struct.Struct("<i").pack
+_pack_ts = struct.Struct("<q").pack
+
+
+def _trimmed() -> OTSError:
+    return OTSError(
+        404, "OTSTrimmedDataAccess", "Requested stream data is already trimmed or does not exist."
+    )
+
+
+def _stream_not_exist() -> OTSError:
+    return OTSError(404, "OTSObjectNotExist", "Requested stream does not exist.")
+
+
+def install(server: LocalServer) -> None:
+    """Create the stream tables and register the change-log hook (stream-enabled tables only)."""
+    storage = server.storage
+    with storage.transaction():
+        for statement in _SCHEMA:
+            storage.execute(statement)
+        if storage.execute("SELECT 1 FROM stream_keys WHERE name = 'iterator'").fetchone() is None:
+            storage.execute(
+                "INSERT INTO stream_keys (name, key) VALUES ('iterator', ?)", (os.urandom(32),)
+            )
+    server.add_table_hook(lambda table: table.stream_enabled, _log_mutation)
+
+
+def drop_records(storage: Storage, stream_id: str | None) -> None:
+    """Forget a stream's records (stream disabled or table deleted)."""
+    if stream_id is not None:
+        storage.execute("DELETE FROM stream_records WHERE stream_id = ?", (stream_id,))
+        storage.execute("DELETE FROM stream_trims WHERE stream_id = ?", (stream_id,))
+
+
+# -- the change log ------------------------------------------------------------------------------
+
+
+def _log_mutation(
+    ctx: Context, table: TableInfo, key: bytes, old: StoredRow | None, new: StoredRow | None
+) -> None:
+    change = ctx.row_change
+    row = new if new is not None else old
+    if change is None or row is None or table.stream_id is None:
+        return
+    cells = [_record_cell(name, value, op, ts) for name, value, op, ts in change.cells]
+    record = HEADER + assemble_row(row.pk, row.pkc, cells, delete_marker=change.op == pb.DELETE)
+    cursor = ctx.storage.execute(
+        "INSERT INTO stream_records (stream_id, ts, action, record) VALUES (?, ?, ?, ?)",
+        (table.stream_id, ctx.now_ms, _ACTIONS[change.op], record),
+    )
+    if (cursor.lastrowid or 0) % TRIM_EVERY == 0:
+        _trim(ctx, table)
+
+
+def _record_cell(name: str, value: object, op: int | None, ts: int | None) -> tuple[bytes, int]:
+    """An encoded record cell: a put (value + timestamp) or a delete op (op [+ timestamp])."""
+    if op is None:
+        return encode_cell(name, value, ts)
+    raw = name.encode()
+    parts = [b"\x03\x04", _pack_len(len(raw)), raw, bytes((0x06, op))]
+    crc = crc8_bytes(0, raw)
+    if ts is not None:
+        packed = _pack_ts(ts)
+        parts += (b"\x07", packed)
+        crc = crc8_bytes(crc, packed)
+    # The checksum covers the timestamp before the op byte, as the SDK writers compute it.
+    crc = crc8_bytes(crc, bytes((op,)))
+    parts.append(bytes((0x0A, crc)))
+    return b"".join(parts), crc
+
+
+def _trim(ctx: Context, table: TableInfo) -> int:
+    """Drop the records past the stream's expiration; the highest sequence number ever trimmed."""
+    storage, stream_id = ctx.storage, table.stream_id
+    cutoff = ctx.now_ms - (table.stream_expiration or 0) * 3600 * 1000
+    (last,) = storage.execute(
+        "SELECT max(seq) FROM stream_records WHERE stream_id = ? AND ts < ?", (stream_id, cutoff)
+    ).fetchone()
+    if last is not None:
+        # The log is trimmed as a prefix: nothing older than an expired record stays readable.
+        storage.execute(
+            "DELETE FROM stream_records WHERE stream_id = ? AND seq <= ?", (stream_id, last)
+        )
+        storage.execute(
+            "INSERT INTO stream_trims (stream_id, seq) VALUES (?, ?)"
+            " ON CONFLICT (stream_id) DO UPDATE SET seq = max(seq, excluded.seq)",
+            (stream_id, last),
+        )
+    row = storage.execute("SELECT seq FROM stream_trims WHERE stream_id = ?", (stream_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+# -- shards and iterators ------------------------------------------------------------------------
+
+
+def _shard_id(stream_id: str) -> str:
+    return hashlib.sha256(stream_id.encode()).hexdigest()[:16]
+
+
+def _stream_table(ctx: Context, stream_id: str) -> TableInfo | None:
+    for table in ctx.storage.tables(ctx.instance):
+        if table.stream_enabled and table.stream_id == stream_id:
+            return table
+    return None
+
+
+def _key(storage: Storage) -> bytes:
+    (key,) = storage.execute("SELECT key FROM stream_keys WHERE name = 'iterator'").fetchone()
+    return bytes(key)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _make_iterator(storage: Storage, stream_id: str, position: int) -> str:
+    payload = json.dumps({"stream": stream_id, "shard": _shard_id(stream_id), "seq": position})
+    mac = hmac.new(_key(storage), payload.encode(), hashlib.sha256).digest()
+    return f"{_b64(payload.encode())}.{_b64(mac)}"
+
+
+def _read_iterator(storage: Storage, iterator: str) -> tuple[str, int]:
+    """(stream id, next sequence number) of a genuine iterator; anything else is an error."""
+    try:
+        head, _, tail = iterator.partition(".")
+        payload = _unb64(head)
+        mac = hmac.new(_key(storage), payload, hashlib.sha256).digest()
+        if not hmac.compare_digest(mac, _unb64(tail)):
+            raise _trimmed()
+        data = json.loads(payload)
+        return str(data["stream"]), int(data["seq"])
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise _trimmed() from None
+
+
+# -- APIs ----------------------------------------------------------------------------------------
+
+
+def list_stream(ctx: Context, req: pb.ListStreamRequest) -> pb.ListStreamResponse:
+    if req.HasField("table_name"):
+        table = ctx.storage.table(ctx.instance, req.table_name)
+        if table is None:
+            raise table_not_exist()
+        tables = [table]
+    else:
+        tables = sorted(ctx.storage.tables(ctx.instance), key=lambda t: t.name)
+    resp = pb.ListStreamResponse()
+    for t in tables:
+        if t.stream_enabled and t.stream_id is not None:
+            resp.streams.add(
+                stream_id=t.stream_id, table_name=t.name, creation_time=t.stream_last_enable_time or 0
+            )
+    return resp
+
+
+def describe_stream(ctx: Context, req: pb.DescribeStreamRequest) -> pb.DescribeStreamResponse:
+    if req.HasField("shard_limit") and req.shard_limit <= 0:
+        raise invalid("The shard limit must be greater than 0.")
+    table = _stream_table(ctx, req.stream_id)
+    if table is None:
+        raise _stream_not_exist()
+    resp = pb.DescribeStreamResponse(
+        stream_id=req.stream_id,
+        expiration_time=table.stream_expiration or 0,
+        table_name=table.name,
+        creation_time=table.stream_last_enable_time or 0,
+        stream_status=pb.STREAM_ACTIVE,
+    )
+    shard = _shard_id(req.stream_id)
+    if not req.HasField("inclusive_start_shard_id") or req.inclusive_start_shard_id <= shard:
+        resp.shards.add(shard_id=shard)
+    return resp
+
+
+def get_shard_iterator(ctx: Context, req: pb.GetShardIteratorRequest) -> pb.GetShardIteratorResponse:
+    with ctx.storage.transaction():
+        table = _stream_table(ctx, req.stream_id)
+        if table is None:
+            raise _stream_not_exist()
+        if req.shard_id != _shard_id(req.stream_id):
+            raise OTSError(404, "OTSObjectNotExist", "Requested shard does not exist.")
+        # The oldest record still kept: the first after everything trimmed.
+        position = _trim(ctx, table) + 1
+        iterator = _make_iterator(ctx.storage, req.stream_id, position)
+    return pb.GetShardIteratorResponse(shard_iterator=iterator)
+
+
+def get_stream_record(ctx: Context, req: pb.GetStreamRecordRequest) -> pb.GetStreamRecordResponse:
+    if req.HasField("limit") and req.limit <= 0:
+        raise invalid("The limit must be greater than 0.")
+    limit = min(req.limit, MAX_RECORDS) if req.HasField("limit") else MAX_RECORDS
+    storage = ctx.storage
+    resp = pb.GetStreamRecordResponse()
+    with storage.transaction():
+        stream_id, position = _read_iterator(storage, req.shard_iterator)
+        table = _stream_table(ctx, stream_id)
+        if table is None or position <= _trim(ctx, table):
+            raise _trimmed()
+        rows: list[Any] = storage.execute(
+            "SELECT seq, action, record FROM stream_records WHERE stream_id = ? AND seq >= ?"
+            " ORDER BY seq LIMIT ?",
+            (stream_id, position, limit),
+        ).fetchall()
+        size = 0
+        for seq, action, record in rows:
+            if resp.stream_records and size + len(record) > MAX_RECORD_BYTES:
+                break
+            resp.stream_records.add(action_type=action, record=record)
+            size += len(record)
+            position = seq + 1
+        # The one shard stays open while the stream is enabled: there is always a next iterator.
+        resp.next_shard_iterator = _make_iterator(storage, stream_id, position)
+    return resp
+
+
+HANDLERS: dict[str, tuple[type, Any]] = {
+    "ListStream": (pb.ListStreamRequest, list_stream),
+    "DescribeStream": (pb.DescribeStreamRequest, describe_stream),
+    "GetShardIterator": (pb.GetShardIteratorRequest, get_shard_iterator),
+    "GetStreamRecord": (pb.GetStreamRecordRequest, get_stream_record),
+}

@@ -1,0 +1,110 @@
+"""Protobuf messages of the table, stream and split APIs, the ones the Python SDK 6.4.8 lacks included.
+
+The local server parses requests with these classes and the raw client (`tsmigrate.rawclient`)
+sends them, so both agree on every field number. Names are stable:
+
+Defined here (the Python SDK has no such messages; field numbers from the Java SDK's
+`ots_internal_api.proto`, package `com.alicloud.openservices.tablestore.core.protocol`):
+
+    AddDefinedColumnRequest     {table_name = 1 (string), columns = 2 (repeated DefinedColumnSchema)}
+    AddDefinedColumnResponse    {}
+    DeleteDefinedColumnRequest  {table_name = 1 (string), columns = 2 (repeated string)}
+    DeleteDefinedColumnResponse {}
+
+    API names (the `/Name` of the request path): "AddDefinedColumn", "DeleteDefinedColumn".
+
+Re-exported from the SDK's `table_store.proto` (same numbers as the Java proto):
+
+    UpdateTableRequest{stream_spec = 4}, UpdateTableResponse{stream_details = 3},
+    DescribeTableResponse{stream_details = 5}, StreamSpecification, StreamDetails,
+    ListStreamRequest / ListStreamResponse, DescribeStreamRequest / DescribeStreamResponse,
+    GetShardIteratorRequest / GetShardIteratorResponse,
+    GetStreamRecordRequest / GetStreamRecordResponse (StreamRecord{action_type, record}),
+    ComputeSplitPointsBySizeRequest / ComputeSplitPointsBySizeResponse, ActionType values
+    PUT_ROW / UPDATE_ROW / DELETE_ROW, StreamStatus values STREAM_ENABLING / STREAM_ACTIVE.
+
+    API names: "ListStream", "DescribeStream", "GetShardIterator", "GetStreamRecord",
+    "ComputeSplitPointsBySize".
+
+The new messages live in their own file, `tsmigrate_table_protocol.proto` (package
+`tsmigrate.table_protocol`), added to the default descriptor pool with a dependency on the file
+the SDK registers there, `table_store.proto`, so `DefinedColumnSchema` is the SDK's own type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from tablestore.protobuf import table_store_pb2 as pb
+
+_FILE = "tsmigrate_table_protocol.proto"
+_PACKAGE = "tsmigrate.table_protocol"
+_SDK_FILE = pb.DESCRIPTOR.name  # "table_store.proto"
+_SDK_PACKAGE = pb.DESCRIPTOR.package  # "com.aliyun.tablestore.protocol"
+
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _field(name: str, number: int, label: int, kind: int, type_name: str | None = None) -> _F:
+    field = _F(name=name, number=number, label=label, type=kind)
+    if type_name is not None:
+        field.type_name = type_name
+    return field
+
+
+def _build() -> descriptor_pb2.FileDescriptorProto:
+    f = descriptor_pb2.FileDescriptorProto(
+        name=_FILE, package=_PACKAGE, syntax="proto2", dependency=[_SDK_FILE]
+    )
+    add = f.message_type.add(name="AddDefinedColumnRequest")
+    add.field.append(_field("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING))
+    add.field.append(
+        _field("columns", 2, _F.LABEL_REPEATED, _F.TYPE_MESSAGE, f".{_SDK_PACKAGE}.DefinedColumnSchema")
+    )
+    f.message_type.add(name="AddDefinedColumnResponse")
+    delete = f.message_type.add(name="DeleteDefinedColumnRequest")
+    delete.field.append(_field("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING))
+    delete.field.append(_field("columns", 2, _F.LABEL_REPEATED, _F.TYPE_STRING))
+    f.message_type.add(name="DeleteDefinedColumnResponse")
+    return f
+
+
+def _message_classes() -> dict[str, Any]:
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(_FILE)
+    except KeyError:
+        pool.Add(_build())
+    names = [m.name for m in _build().message_type]
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+        for name in names
+    }
+
+
+_classes = _message_classes()
+AddDefinedColumnRequest: Any = _classes["AddDefinedColumnRequest"]
+AddDefinedColumnResponse: Any = _classes["AddDefinedColumnResponse"]
+DeleteDefinedColumnRequest: Any = _classes["DeleteDefinedColumnRequest"]
+DeleteDefinedColumnResponse: Any = _classes["DeleteDefinedColumnResponse"]
+
+DefinedColumnSchema = pb.DefinedColumnSchema
+UpdateTableRequest = pb.UpdateTableRequest
+UpdateTableResponse = pb.UpdateTableResponse
+DescribeTableRequest = pb.DescribeTableRequest
+DescribeTableResponse = pb.DescribeTableResponse
+StreamSpecification = pb.StreamSpecification
+StreamDetails = pb.StreamDetails
+ListStreamRequest = pb.ListStreamRequest
+ListStreamResponse = pb.ListStreamResponse
+DescribeStreamRequest = pb.DescribeStreamRequest
+DescribeStreamResponse = pb.DescribeStreamResponse
+GetShardIteratorRequest = pb.GetShardIteratorRequest
+GetShardIteratorResponse = pb.GetShardIteratorResponse
+GetStreamRecordRequest = pb.GetStreamRecordRequest
+GetStreamRecordResponse = pb.GetStreamRecordResponse
+ComputeSplitPointsBySizeRequest = pb.ComputeSplitPointsBySizeRequest
+ComputeSplitPointsBySizeResponse = pb.ComputeSplitPointsBySizeResponse
+PUT_ROW, UPDATE_ROW, DELETE_ROW = pb.PUT_ROW, pb.UPDATE_ROW, pb.DELETE_ROW
+STREAM_ENABLING, STREAM_ACTIVE = pb.STREAM_ENABLING, pb.STREAM_ACTIVE
