@@ -22,13 +22,19 @@ class PKColumn:
 
 @dataclass
 class IndexInfo:
-    """A secondary index declared on a table (kept for DescribeTable; maintained in a later step)."""
+    """A secondary index declared on a table; its rows are maintained by `indexes.py`."""
 
     name: str
     primary_key: list[str]
     defined_columns: list[str]
     update_mode: int
     index_type: int
+    table_id: int = 0  # storage id of the index table's rows
+
+    @property
+    def queue_id(self) -> int:
+        """Storage id of the index's queued changes (global index lag, see indexes.py)."""
+        return -self.table_id
 
 
 @dataclass

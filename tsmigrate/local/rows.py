@@ -19,6 +19,7 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.local import fastrow, keycodec, rowdata
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
+from tsmigrate.local.indexes import readable_table, writable_table
 from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, TableInfo
 from tsmigrate.local.plainbuffer import (
     AUTO_INCREMENT,
@@ -39,7 +40,7 @@ from tsmigrate.local.plainbuffer import (
 )
 from tsmigrate.local.rowdata import ReadSpec
 from tsmigrate.local.storage import Cells, StoredRow
-from tsmigrate.local.tables import NAME_RE, get_table
+from tsmigrate.local.tables import NAME_RE
 
 if TYPE_CHECKING:
     from tsmigrate.local.server import Context
@@ -283,6 +284,8 @@ class _Mutation:
         `change` as `ctx.row_change`."""
         storage = self.ctx.storage
         new = None
+        # Hooks get the row as it was: load it before it is overwritten.
+        old = self.old() if self.hooks else None
         if cells is None:
             storage.delete(self.table.table_id, self.key)
         else:
@@ -291,7 +294,7 @@ class _Mutation:
         if self.hooks:
             self.ctx.row_change = change
             for hook in self.hooks:
-                hook(self.ctx, self.table, self.key, self.old(), new)
+                hook(self.ctx, self.table, self.key, old, new)
             self.ctx.row_change = None
         return new
 
@@ -482,7 +485,7 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
 
 
 def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
-    table = get_table(ctx, req.table_name)
+    table = writable_table(ctx, req.table_name)
     row = decode_put_row(ctx, req.row)
     with ctx.storage.transaction():
         result = put_one(ctx, table, row, req.condition, req.return_content)
@@ -490,7 +493,7 @@ def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
 
 
 def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
-    table = get_table(ctx, req.table_name)
+    table = writable_table(ctx, req.table_name)
     row = decode_row(req.row_change)
     with ctx.storage.transaction():
         result = update_one(ctx, table, row, req.condition, req.return_content)
@@ -498,7 +501,7 @@ def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
 
 
 def delete_row(ctx: Context, req: pb.DeleteRowRequest) -> pb.DeleteRowResponse:
-    table = get_table(ctx, req.table_name)
+    table = writable_table(ctx, req.table_name)
     row = decode_row(req.primary_key)
     with ctx.storage.transaction():
         result = delete_one(ctx, table, row, req.condition, req.return_content)
@@ -549,7 +552,7 @@ def _read_spec(table: TableInfo, req: Any) -> ReadSpec:
 
 
 def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
-    table = get_table(ctx, req.table_name)
+    table = readable_table(ctx, req.table_name)
     spec = _read_spec(table, req)
     with ctx.storage.lock:
         _, stored = _read_pk(ctx, table, req.primary_key)
@@ -562,7 +565,7 @@ def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
 
 
 def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
-    table = get_table(ctx, req.table_name)
+    table = readable_table(ctx, req.table_name)
     spec = _read_spec(table, req)
     start = check_pk(table, decode_primary_key(req.inclusive_start_primary_key), bound=True)
     end = check_pk(table, decode_primary_key(req.exclusive_end_primary_key), bound=True)
@@ -630,7 +633,7 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
         raise invalid(f"Rows count exceeds the upper limit: {BATCH_GET_ROWS}.")
     plan = []
     for item in req.tables:
-        table = get_table(ctx, item.table_name)
+        table = readable_table(ctx, item.table_name)
         plan.append((item, table, _read_spec(table, item), [decode_primary_key(k) for k in item.primary_key]))
     resp = pb.BatchGetRowResponse()
     now_ms = ctx.now_ms
@@ -685,7 +688,7 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
     # Everything is decoded before anything is written: corrupt data fails the whole request.
     plan = []
     for item in req.tables:
-        table = get_table(ctx, item.table_name)
+        table = writable_table(ctx, item.table_name)
         decoded = [
             decode_put_row(ctx, r.row_change) if r.type == pb.PUT else decode_row(r.row_change)
             for r in item.rows

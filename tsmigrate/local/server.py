@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import columns, rows, searchapi, splits, streams, tables
+from tsmigrate.local import columns, indexes, rows, searchapi, splits, streams, tables
 from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
 from tsmigrate.local.errors import OTSError, auth_failed, invalid
 from tsmigrate.local.faults import FaultPlan
@@ -45,7 +45,7 @@ HookScope = Callable[[TableInfo], bool]
 
 HANDLERS: dict[str, tuple[type[Message], Handler]] = {
     **tables.HANDLERS, **rows.HANDLERS, **streams.HANDLERS, **splits.HANDLERS, **columns.HANDLERS,
-    **searchapi.HANDLERS,
+    **searchapi.HANDLERS, **indexes.HANDLERS,
 }
 
 
@@ -81,6 +81,8 @@ class ServerOptions:
     instances: set[str] = field(default_factory=lambda: {"local"})
     search_full_sync_s: float = 0.0  # a new search index reports sync phase FULL this long
     search_splits_size: int = 1  # ComputeSplits' splits_size (read when the server starts)
+    # Global secondary indexes trail their table by this long (server clock); 0: synchronous.
+    global_index_lag_ms: int = 0
 
 
 class LocalServer:
@@ -103,6 +105,7 @@ class LocalServer:
         self._rate_lock = threading.Lock()
         self._http = HTTPServer(host, port, self.handle, MAX_BODY)
         streams.install(self)
+        self.add_table_hook(indexes.maintained, indexes.on_mutation)
 
     @property
     def endpoint(self) -> str:

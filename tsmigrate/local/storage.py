@@ -174,8 +174,16 @@ class Storage:
         self._flush()
         self._db.execute("DELETE FROM tables WHERE instance = ? AND name = ?", (instance, info.name))
         self._db.execute("DELETE FROM rows WHERE t = ?", (info.table_id,))
+        for index in info.indexes:  # index tables go with their table
+            self.drop_rows(index.table_id)
+            self.drop_rows(index.queue_id)
         self._db.execute("DELETE FROM counters WHERE name = ?", (f"autoinc:{info.table_id}",))
         del self._tables[(instance, info.name)]
+
+    def drop_rows(self, table_id: int) -> None:
+        """Delete every row stored under `table_id`."""
+        self._flush()
+        self._db.execute("DELETE FROM rows WHERE t = ?", (table_id,))
 
     # -- rows -----------------------------------------------------------------------------------
 

@@ -111,6 +111,8 @@ def create_table(ctx: Context, req: pb.CreateTableRequest) -> pb.CreateTableResp
         if _quota_used(ctx) + 1 + len(info.indexes) > TABLE_QUOTA:
             raise OTSError(403, "OTSQuotaExhausted", "Number of tables exceeded the quota.")
         info.table_id = ctx.storage.new_table_id()
+        for index in info.indexes:
+            index.table_id = ctx.storage.new_table_id()
         info.creation_time = int(ctx.now * 1_000_000)
         info.last_increase_time = int(ctx.now)
         ctx.storage.save_table(ctx.instance, info)
@@ -263,6 +265,8 @@ def _check_index(info: TableInfo, meta: pb.IndexMeta) -> IndexInfo:
         raise invalid(f"The first primary key of index [{meta.name}] can't be auto increment.")
     if len(meta.defined_column) > MAX_INDEX_ATTRIBUTES:
         raise invalid(f"The number of defined columns of index must be in range: [0, 32]: {meta.name}.")
+    if len(set(meta.defined_column)) != len(meta.defined_column):
+        raise invalid(f"Duplicated defined column name in index: {meta.name}.")
     for col in meta.defined_column:
         if col not in defined:
             raise invalid(f"Column [{col}] of index [{meta.name}] is not a defined column.")
