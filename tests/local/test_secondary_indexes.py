@@ -370,3 +370,12 @@ def test_global_index_lag(ots_instance: LocalTablestore, ots_server_options: Ser
     client.put_row("base", Row([("pk", "y"), ("n", 2)], [("a", "Y")]))
     assert [pk for pk, _ in scan(client, "by_a", index_pk("by_a"))] == [("Y", "y", 1), ("Y", "y", 2)]
     assert_in_step(client)
+
+
+def test_values_an_index_key_cannot_hold_leave_the_row_out(ots_client: OTSClient) -> None:
+    create_base(ots_client)
+    ots_client.put_row("base", Row([("pk", "x"), ("n", 1)], [("a", 5), ("b", 1)]))  # `a` is STRING
+    ots_client.put_row("base", Row([("pk", "x"), ("n", 2)], [("a", "v" * 1025), ("b", 2)]))  # > 1 KB
+    ots_client.put_row("base", Row([("pk", "x"), ("n", 3)], [("a", "ok"), ("b", "2")]))  # `b` is INTEGER
+    assert [pk for pk, _ in scan(ots_client, "by_a", index_pk("by_a"))] == [("ok", "x", 3)]
+    assert [pk for pk, _ in scan(ots_client, "by_pk_b", index_pk("by_pk_b"))] == [("x", 1, 1), ("x", 2, 2)]

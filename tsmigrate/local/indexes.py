@@ -12,6 +12,14 @@ Local indexes change in the writing transaction, and so do global ones unless
 (server clock, so `clock_offset` moves it) and applied, in order, when the index is next read once
 they are due. The queue lives in the rows table under `IndexInfo.queue_id`, so it commits and rolls
 back with the base write, survives restarts and goes with DropIndex / DeleteTable.
+
+Messages: "Can't write index table directly." is the service's (D-ERR). The service's texts for the
+rest are not published; ours (all 400 OTSParameterInvalid unless noted) say what is wrong:
+"The max versions of a table with index must be 1." and "The table with index and TTL must disable
+update (allow_update=false)." (CreateTable, CreateIndex, and an UpdateTable that would break an
+existing index), "The number of indexes of table [t] exceeds the limit: 5.", 409
+"Index already exists: i.", 404 "Requested index does not exist." (DropIndex), and the per-column
+rules of `tables._check_index`.
 """
 
 from __future__ import annotations

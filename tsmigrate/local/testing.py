@@ -5,8 +5,9 @@
         client.create_table(...)
 
 `ots.server` exposes runtime knobs (`server.options.latency_ms`, `.faults`, `.table_ops_per_s`,
-`.cu_adjust_interval_s`, `server.clock_offset`); `ots.fresh_instance()` gives an empty instance
-on the same server, which isolates tests far more cheaply than deleting tables.
+`.cu_adjust_interval_s`, `.global_index_lag_ms`, `server.clock_offset`); `ots.fresh_instance()`
+gives an empty instance on the same server, which isolates tests far more cheaply than deleting
+tables.
 """
 
 from __future__ import annotations
