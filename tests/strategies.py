@@ -362,7 +362,8 @@ def valid_catalogs(draw: Draw, max_tables: int = 3, min_tables: int = 0, **flags
 
 
 def _changed_table(draw: Draw, table: Table) -> Table:
-    """A random change of ``table`` that keeps its key: options, throughput, dropped indexes."""
+    """A random change of ``table`` that keeps its key: options, throughput, dropped indexes,
+    defined columns added and dropped, stream switched."""
     indexes = list(table.secondary_indexes)
     search = list(table.search_indexes)
     if indexes and draw(_BOOL):
@@ -380,8 +381,21 @@ def _changed_table(draw: Draw, table: Table) -> Table:
     # A search index expires with its table: the only TTL valid for every table TTL.
     search = [attrs.evolve(i, time_to_live=ttl) for i in search]
     throughput = ReservedThroughput(read=draw(_CU), write=draw(_CU)) if draw(_BOOL) else table.throughput
+    # Defined columns: drop one no index uses, add a new one.
+    used = {c for i in indexes for c in (*i.keys, *i.include)} | {f.name for i in search for f in i.fields}
+    defined = list(table.defined_columns)
+    droppable = [c for c in defined if c.name not in used]
+    if droppable and draw(_BOOL):
+        defined.remove(_pick(draw, droppable))
+    if draw(_BOOL):
+        taken = {c.name for c in (*table.primary_key, *table.defined_columns, *table.attributes)}
+        defined.append(DefinedColumn(_fresh(draw, taken), _pick(draw, DEFINED_COLUMN_TYPES)))
+    stream = table.stream
+    if draw(_BOOL):
+        stream = StreamSpec(enabled=draw(_BOOL), expiration_hours=draw(_STREAM_HOURS))
     return attrs.evolve(
-        table, options=options, throughput=throughput, secondary_indexes=indexes, search_indexes=search
+        table, options=options, throughput=throughput, secondary_indexes=indexes, search_indexes=search,
+        defined_columns=defined, stream=stream,
     )
 
 

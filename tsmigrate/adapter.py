@@ -15,10 +15,12 @@ from typing import Any
 import tablestore as ts
 import urllib3.exceptions
 from tablestore import metadata as md
+from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import ops
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.pacing import Pacer, Unpaced
+from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import (
     GLOBAL,
     LOCAL,
@@ -30,6 +32,7 @@ from tsmigrate.schema import (
     SearchField,
     SearchIndex,
     SecondaryIndex,
+    StreamSpec,
     Table,
     TableOptions,
 )
@@ -257,14 +260,19 @@ def _ir_field(field: md.FieldSchema) -> SearchField:
     )
 
 
-def ir_search_index(name: str, meta: md.SearchIndexMeta) -> SearchIndex:
+def ir_search_index(name: str, meta: md.SearchIndexMeta, schema: Any) -> SearchIndex:
+    """IR of a search index from the SDK's decoding of it, and from the raw ``IndexSchema``
+    where the SDK loses information (it reads an absent sort mode as MIN)."""
     sorters = []
-    for sorter in meta.index_sort.sorters if meta.index_sort else ():
+    decoded = meta.index_sort.sorters if meta.index_sort else ()
+    for sorter, raw in zip(decoded, schema.index_sort.sorter, strict=True):
         order = "DESC" if sorter.sort_order == md.SortOrder.DESC else "ASC"
         if isinstance(sorter, md.PrimaryKeySort):
             sorters.append(IndexSorter(None, order))
         else:
-            mode = next((k for k, v in _SORT_MODES.items() if v == sorter.sort_mode), None)
+            mode = None
+            if raw.field_sort.HasField("mode"):
+                mode = next((k for k, v in _SORT_MODES.items() if v == sorter.sort_mode), None)
             sorters.append(IndexSorter(sorter.field_name, order, mode))
     routing = meta.index_setting.routing_fields if meta.index_setting else ()
     return SearchIndex(
@@ -276,38 +284,51 @@ def ir_search_index(name: str, meta: md.SearchIndexMeta) -> SearchIndex:
     )
 
 
+_PK_TYPES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY"}
+_COLUMN_TYPES = {
+    pb.DCT_INTEGER: "INTEGER", pb.DCT_DOUBLE: "DOUBLE", pb.DCT_BOOLEAN: "BOOLEAN",
+    pb.DCT_STRING: "STRING", pb.DCT_BLOB: "BINARY",
+}
+
+
 def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
+    """IR of a raw DescribeTableResponse (which, unlike the SDK's, keeps the stream details)."""
     meta = describe.table_meta
     options = describe.table_options
     capacity = describe.reserved_throughput_details.capacity_unit
+    stream = describe.stream_details if describe.HasField("stream_details") else None
     return Table(
         name=meta.table_name,
         primary_key=[
             PrimaryKeyColumn(
-                name=column[0],
-                type=column[1],
-                auto_increment=len(column) > 2 and column[2] == ts.PK_AUTO_INCR,
+                name=column.name,
+                type=_PK_TYPES.get(column.type, str(column.type)),
+                auto_increment=column.HasField("option") and column.option == pb.AUTO_INCREMENT,
             )
-            for column in meta.schema_of_primary_key
+            for column in meta.primary_key
         ],
-        defined_columns=[DefinedColumn(n, t) for n, t in meta.defined_columns or ()],
+        defined_columns=[
+            DefinedColumn(c.name, _COLUMN_TYPES.get(c.type, str(c.type))) for c in meta.defined_column
+        ],
         options=TableOptions(
             time_to_live=options.time_to_live,
-            max_versions=options.max_version,
-            max_time_deviation=options.max_time_deviation,
-            allow_update=True if options.allow_update is None else bool(options.allow_update),
+            max_versions=options.max_versions,
+            max_time_deviation=options.deviation_cell_version_in_sec,
+            # The service leaves allow_update out when it is true.
+            allow_update=options.allow_update if options.HasField("allow_update") else True,
         ),
-        throughput=ReservedThroughput(capacity.read or 0, capacity.write or 0),
+        throughput=ReservedThroughput(capacity.read, capacity.write),
         secondary_indexes=[
             SecondaryIndex(
-                name=index.index_name,
-                keys=tuple(index.primary_key_names),
-                include=tuple(index.defined_column_names or ()),
-                type=LOCAL if index.index_type == md.SecondaryIndexType.LOCAL_INDEX else GLOBAL,
+                name=index.name,
+                keys=tuple(index.primary_key),
+                include=tuple(index.defined_column),
+                type=LOCAL if index.index_type == pb.IT_LOCAL_INDEX else GLOBAL,
             )
-            for index in describe.secondary_indexes or ()
+            for index in describe.index_metas
         ],
         search_indexes=search_indexes,
+        stream=StreamSpec(True, stream.expiration_time) if stream and stream.enable_stream else StreamSpec(),
     )
 
 
@@ -316,11 +337,13 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 
 def inspect_table(client: ts.OTSClient, name: str, pacer: Pacer | Unpaced = UNPACED) -> Table:
     pacer.acquire()
-    describe = client.describe_table(name)
+    describe = RawClient(client).describe_table(name)
     search = []
     for _table, index_name in client.list_search_index(name):
-        meta, _sync = client.describe_search_index(name, index_name)
-        search.append(ir_search_index(index_name, meta))
+        response = RawClient(client).describe_search_index(name, index_name)
+        meta = client.protocol.decoder._parse_index_meta(response.schema)
+        meta.time_to_live = response.time_to_live
+        search.append(ir_search_index(index_name, meta, response.schema))
     return ir_table(describe, search)
 
 
@@ -359,6 +382,8 @@ def _create_table(client: ts.OTSClient, step: ops.CreateTable) -> None:
         md.ReservedThroughput(md.CapacityUnit(table.throughput.read, table.throughput.write)),
         [sdk_secondary_index(i) for i in table.secondary_indexes] or None,
     )
+    if table.stream.enabled:  # the SDK's CreateTable cannot carry a stream specification
+        RawClient(client).update_stream(table.name, True, table.stream.expiration_hours)
 
 
 def _update_options(client: ts.OTSClient, step: ops.UpdateOptions) -> None:
@@ -392,6 +417,15 @@ EXECUTORS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
     ),
     ops.DropSearchIndex: lambda client, step: client.delete_search_index(step.table, step.index.name),
     ops.UpdateSearchIndexTTL: _update_search_ttl,
+    ops.UpdateStream: lambda client, step: RawClient(client).update_stream(
+        step.table, step.after.enabled, step.after.expiration_hours
+    ),
+    ops.AddDefinedColumns: lambda client, step: RawClient(client).add_defined_columns(
+        step.table, [(c.name, c.type) for c in step.columns]
+    ),
+    ops.DeleteDefinedColumns: lambda client, step: RawClient(client).delete_defined_columns(
+        step.table, [c.name for c in step.columns]
+    ),
 }
 
 

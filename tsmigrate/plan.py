@@ -6,7 +6,7 @@ side knows one (tsmigrate records the catalog it applied), since the service its
 
 Order within a table follows the service's prerequisites: search indexes and secondary indexes
 are dropped before the columns and options they depend on change, and created after; a search
-index TTL is lowered before the table's TTL and raised after it.
+index TTL changes while the table holds the longer of its old and new TTLs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tsmigrate.schema import (
     SecondaryIndex,
     StreamSpec,
     Table,
+    TableOptions,
     physical,
 )
 
@@ -132,8 +133,7 @@ def _table_steps(live: Table, target: Table) -> list[ops.Step]:
 
     live_search = {i.name: i for i in live.search_indexes}
     target_search = {i.name: i for i in target.search_indexes}
-    ttl_down: list[ops.Step] = []
-    ttl_up: list[ops.Step] = []
+    search_ttls: list[ops.Step] = []
     for index_name, old in live_search.items():
         new = target_search.get(index_name)
         if new is None:
@@ -143,7 +143,7 @@ def _table_steps(live: Table, target: Table) -> list[ops.Step]:
             late.append(ops.CreateSearchIndex(name, new))
         elif old.time_to_live != new.time_to_live:
             step = ops.UpdateSearchIndexTTL(name, index_name, old.time_to_live, new.time_to_live)
-            (ttl_down if step.risk == ops.DESTRUCTIVE else ttl_up).append(step)
+            search_ttls.append(step)
     for index_name, new in target_search.items():
         if index_name not in live_search:
             late.append(ops.CreateSearchIndex(name, new))
@@ -169,9 +169,7 @@ def _table_steps(live: Table, target: Table) -> list[ops.Step]:
     if removed:
         early.append(ops.DeleteDefinedColumns(name, removed))
 
-    middle.extend(ttl_down)
-    if live.options != target.options:
-        middle.append(ops.UpdateOptions(name, live.options, target.options))
+    middle.extend(_options_steps(name, live.options, target.options, search_ttls))
     if live.throughput != target.throughput:
         middle.append(ops.UpdateThroughput(name, live.throughput, target.throughput))
     if added:
@@ -179,7 +177,36 @@ def _table_steps(live: Table, target: Table) -> list[ops.Step]:
     if _stream(live.stream) != _stream(target.stream):
         middle.append(ops.UpdateStream(name, _stream(live.stream), _stream(target.stream)))
     # Secondary indexes before search indexes: both are serialized and waited on by apply.
-    return early + middle + creates + late + ttl_up
+    return early + middle + creates + late
+
+
+def _longer_ttl(a: int, b: int) -> int:
+    return -1 if -1 in (a, b) else max(a, b)
+
+
+def _options_steps(
+    name: str, before: TableOptions, after: TableOptions, search_ttls: list[ops.Step]
+) -> list[ops.Step]:
+    """Options and search-index TTL changes in an order the service accepts at every step.
+
+    A search index TTL must stay within the table's, and a TTL on the index or (with indexes) on
+    the table needs updates disallowed. So the table first takes the longer TTL and disallows
+    updates if either side does; then the index TTLs change; then the table takes its final
+    options (a shorter TTL, updates allowed again).
+    """
+    between = TableOptions(
+        time_to_live=_longer_ttl(before.time_to_live, after.time_to_live),
+        max_versions=after.max_versions,
+        max_time_deviation=after.max_time_deviation,
+        allow_update=before.allow_update and after.allow_update,
+    )
+    steps: list[ops.Step] = []
+    if between != before:
+        steps.append(ops.UpdateOptions(name, before, between))
+    steps.extend(search_ttls)
+    if after != between:
+        steps.append(ops.UpdateOptions(name, between, after))
+    return steps
 
 
 def _create_steps(table: Table) -> list[ops.Step]:

@@ -33,6 +33,13 @@ SEARCH_FIELD_TYPES = (
     "LONG", "DOUBLE", "BOOLEAN", "KEYWORD", "TEXT", "NESTED", "GEO_POINT", "DATE", "VECTOR", "JSON",
 )
 ANALYZERS = ("single_word", "max_word", "min_word", "fuzzy", "split")
+# Parameter values the service assumes when none are given. Only other values are kept in the
+# IR, so a declared field and the same field read back from the service are equal.
+ANALYZER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "single_word": {"case_sensitive": False, "delimit_word": False},
+    "split": {"delimiter": " "},
+    "fuzzy": {"min_chars": 1, "max_chars": 7},
+}
 ASC, DESC = "ASC", "DESC"
 
 NO_TTL = -1  # Tablestore's "never expire"
@@ -118,6 +125,11 @@ class SearchField:
     date_formats: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     vector_dimension: int | None = None
     vector_metric: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        defaults = ANALYZER_DEFAULTS.get(self.analyzer or "", {})
+        kept = tuple((k, v) for k, v in self.analyzer_parameters if k not in defaults or defaults[k] != v)
+        object.__setattr__(self, "analyzer_parameters", kept)
 
 
 @attrs.frozen

@@ -53,7 +53,9 @@ def test_plan_formats_and_detailed_exitcode(project: Path):
     data = json.loads(changed.stdout)
     assert data["has_changes"] is True
     assert [s["kind"] for s in data["steps"]] == ["create_table"]
-    assert json.loads((project / "plan.json").read_text()) == data
+    document = json.loads((project / "plan.json").read_text())
+    assert document["steps"] == data["steps"]
+    assert document["target"] == "local:local" and document["checksum"].startswith("sha256:")
     markdown = _run(project, "plan", "--format", "markdown")
     assert markdown.returncode == 0
     assert "| 1 | `+` | create table orders" in markdown.stdout

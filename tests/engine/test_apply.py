@@ -1,0 +1,180 @@
+"""apply through the local server and the official SDK: plan, lock, history, resume."""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from strategies import catalog_changes
+
+from tsmigrate import adapter, ops
+from tsmigrate.apply import ApplyRefused, apply, plan_document
+from tsmigrate.plan import make_plan, with_known_derivations
+from tsmigrate.schema import (
+    Catalog,
+    DefinedColumn,
+    PrimaryKeyColumn,
+    SearchField,
+    SearchIndex,
+    SecondaryIndex,
+    Table,
+    TableOptions,
+    physical,
+)
+from tsmigrate.state import STATE_TABLE, LockHeld, State
+from tsmigrate.validate import validate_catalog
+
+DAY = 86400
+IDENTITY = "local:test"
+
+
+def _events(**changes) -> Table:
+    base = Table(
+        name="events",
+        primary_key=[PrimaryKeyColumn("pk", "STRING"), PrimaryKeyColumn("ts", "INTEGER")],
+        defined_columns=[DefinedColumn("user", "STRING"), DefinedColumn("score", "INTEGER")],
+        options=TableOptions(time_to_live=30 * DAY, allow_update=False),
+        secondary_indexes=[SecondaryIndex("events_by_user", ["user"], include=["score"])],
+        search_indexes=[
+            SearchIndex("events_search", [SearchField("score", "LONG", sort_and_agg=True)],
+                        time_to_live=30 * DAY)
+        ],
+    )
+    return attrs.evolve(base, **changes)
+
+
+def _live(client) -> Catalog:
+    return adapter.inspect(client, exclude=(STATE_TABLE,))
+
+
+def _replan(client, models: Catalog):
+    live = with_known_derivations(_live(client), State(client).applied_catalog())
+    return make_plan(live, models, prune=True)
+
+
+def test_apply_then_plan_has_no_changes(ots_client):
+    models = Catalog([_events(), _events(name="audit", secondary_indexes=(), search_indexes=())])
+    outcome = apply(ots_client, models, target_identity=IDENTITY)
+    assert outcome.executed == 3  # two tables (the index is created with its table), one search index
+    assert physical(_live(ots_client)).fingerprint() == outcome.plan.target_fingerprint
+    assert not _replan(ots_client, models).has_changes
+    history = State(ots_client).history()
+    assert [h["status"] for h in history].count("done") == outcome.executed
+    assert {h["step"] for h in history} >= {"create_table", "create_search_index"}
+    # The lock is released: a second apply takes it at once.
+    assert apply(ots_client, models, target_identity=IDENTITY).executed == 0
+
+
+def test_destructive_steps_need_the_flag(ots_client):
+    apply(ots_client, Catalog([_events()]), target_identity=IDENTITY)
+    lower = Catalog([_events(options=TableOptions(time_to_live=7 * DAY, allow_update=False),
+                             search_indexes=())])
+    with pytest.raises(ApplyRefused, match="--allow-destructive"):
+        apply(ots_client, lower, target_identity=IDENTITY)
+    assert _live(ots_client).table("events").options.time_to_live == 30 * DAY
+    outcome = apply(ots_client, lower, target_identity=IDENTITY, allow_destructive=True)
+    assert [s.kind for s in outcome.plan.steps] == ["drop_search_index", "update_options"]
+    assert _live(ots_client).table("events").options.time_to_live == 7 * DAY
+
+
+def test_undeclared_tables_survive_unless_pruned(ots_client):
+    apply(ots_client, Catalog([_events(), _events(name="legacy", secondary_indexes=(),
+                                                  search_indexes=())]), target_identity=IDENTITY)
+    only_events = Catalog([_events()])
+    assert apply(ots_client, only_events, target_identity=IDENTITY).executed == 0
+    assert _live(ots_client).table("legacy") is not None
+    apply(ots_client, only_events, target_identity=IDENTITY, prune=True, allow_destructive=True)
+    assert _live(ots_client).table("legacy") is None
+
+
+def test_plan_file_is_pinned(ots_client):
+    models = Catalog([_events()])
+    document = plan_document(make_plan(_live(ots_client), models), IDENTITY)
+    edited = {**document, "steps": document["steps"][:1]}
+    with pytest.raises(ApplyRefused, match="edited"):
+        apply(ots_client, models, target_identity=IDENTITY, document=edited)
+    with pytest.raises(ApplyRefused, match="made for local:test"):
+        apply(ots_client, models, target_identity="local:other", document=document)
+    with pytest.raises(ApplyRefused, match="other models"):
+        apply(ots_client, Catalog([_events(name="other")]), target_identity=IDENTITY,
+              document=document)
+    assert _live(ots_client).tables == ()
+    assert apply(ots_client, models, target_identity=IDENTITY, document=document).executed == 2
+
+
+def test_plan_file_refused_when_live_state_moved_and_resumed_midway(ots_client):
+    models = Catalog([_events(), _events(name="audit", search_indexes=(),
+                                         secondary_indexes=[SecondaryIndex("audit_by_user", ["user"])])])
+    document = plan_document(make_plan(_live(ots_client), models), IDENTITY)
+    plan = make_plan(_live(ots_client), models)
+    # An earlier apply died after its first step: the file's plan resumes from there.
+    adapter.execute(ots_client, plan.steps[0])
+    outcome = apply(ots_client, models, target_identity=IDENTITY, document=document)
+    assert "resuming after step 1" in outcome.note
+    assert outcome.executed == len(plan.steps) - 1
+    # Someone changes the instance by hand: the same file no longer applies.
+    ots_client.delete_table("audit")
+    with pytest.raises(ApplyRefused, match="changed since the plan was made"):
+        apply(ots_client, models, target_identity=IDENTITY, document=document)
+
+
+def test_two_concurrent_applies_exactly_one_proceeds(ots_instance):
+    models = Catalog([_events()])
+    inside, release = threading.Event(), threading.Event()
+    results: dict[str, object] = {}
+
+    def slow_confirm(plan) -> bool:
+        inside.set()
+        release.wait(30)
+        return True
+
+    def first() -> None:
+        results["first"] = apply(ots_instance.client(), models, target_identity=IDENTITY,
+                                 confirm=slow_confirm)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert inside.wait(30)
+    with pytest.raises(LockHeld, match="another apply holds the lock"):
+        apply(ots_instance.client(), models, target_identity=IDENTITY)
+    release.set()
+    thread.join(60)
+    assert results["first"].executed == 2
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(ots_client):
+    state = State(ots_client)
+    state.ensure_table()
+    state.acquire()
+    # Pretend the holder was a process on this host that has died.
+    adapter.put_row(ots_client, STATE_TABLE, [("kind", "lock"), ("id", "apply")],
+                    {**state._lock_columns(), "pid": 2**22 + 12345})
+    outcome = apply(ots_client, Catalog([_events()]), target_identity=IDENTITY)
+    assert "took over a stale lock" in outcome.note
+
+
+def test_rewrite_is_refused_until_the_engine_lands(ots_client):
+    apply(ots_client, Catalog([_events(search_indexes=())]), target_identity=IDENTITY)
+    swapped = [PrimaryKeyColumn("ts", "INTEGER"), PrimaryKeyColumn("pk", "STRING")]
+    v2 = _events(name="events_v2", primary_key=swapped, replaces="events", search_indexes=(),
+                 secondary_indexes=[SecondaryIndex("events_v2_by_user", ["user"])])
+    with pytest.raises(ApplyRefused, match="rewrite engine"):
+        apply(ots_client, Catalog([v2]), target_identity=IDENTITY)
+    assert _live(ots_client).table("events_v2") is None
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                  HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(pair=catalog_changes(max_tables=3, derive=False))
+def test_applying_any_change_then_planning_again_yields_no_changes(local_ots, pair):
+    before, after = pair
+    assume(not validate_catalog(after))
+    client = local_ots.fresh_instance("prop").client()
+    first = apply(client, before, target_identity=IDENTITY, allow_destructive=True, prune=True)
+    assert physical(_live(client)).fingerprint() == first.plan.target_fingerprint
+    second = apply(client, after, target_identity=IDENTITY, allow_destructive=True, prune=True)
+    assert physical(_live(client)).fingerprint() == second.plan.target_fingerprint
+    assert not _replan(client, after).has_changes
+    assert all(s.kind != ops.RewriteTable.kind for s in second.plan.steps)

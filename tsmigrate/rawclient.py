@@ -1,0 +1,218 @@
+"""A small raw client for the service APIs the Python SDK 6.4.8 lacks.
+
+ComputeSplitPointsBySize, the stream APIs (ListStream, DescribeStream, GetShardIterator,
+GetStreamRecord), UpdateTable's stream specification, the stream details DescribeTable returns,
+AddDefinedColumn / DeleteDefinedColumn, and the search-index reindex fields (source index,
+switch, query flow weights) of the Java SDK's proto.
+
+It rides on an ``OTSClient``: the same credentials provider, signer, connection pool, response
+checks (MD5, date, signature) and retry policy, and it raises the SDK's own ``OTSServiceError``
+and ``OTSClientError``. Messages come from the modules the local server parses them with, so
+both sides agree on every field number.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from google.protobuf.message import DecodeError, Message
+from tablestore import OTSClient
+from tablestore.auth import RequestContext
+from tablestore.error import OTSClientError, OTSServiceError
+from tablestore.protobuf import search_pb2
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate.local import plainbuffer, search_protocol, table_protocol
+
+_DEFINED_TYPES = {
+    "INTEGER": pb.DCT_INTEGER,
+    "DOUBLE": pb.DCT_DOUBLE,
+    "BOOLEAN": pb.DCT_BOOLEAN,
+    "STRING": pb.DCT_STRING,
+    "BINARY": pb.DCT_BLOB,
+}
+ACTIONS = {pb.PUT_ROW: "put", pb.UPDATE_ROW: "update", pb.DELETE_ROW: "delete"}
+
+
+@attrs.frozen
+class StreamRecord:
+    action: str  # put / update / delete
+    row: plainbuffer.Row
+
+
+@attrs.frozen
+class SplitPoints:
+    """Split points of a table: ``points`` are partial primary keys in ascending order; N points
+    cut the table into N + 1 ranges. ``locations`` name where each range lives."""
+
+    points: tuple[tuple[tuple[str, Any], ...], ...]
+    locations: tuple[str, ...]
+
+
+class RawClient:
+    def __init__(self, client: OTSClient):
+        self.client = client
+
+    def call(self, api: str, request: Message, response_type: type[Message]) -> Any:
+        """Send one signed request and parse the answer, with the SDK's retry policy."""
+        body = request.SerializeToString()
+        query = "/" + api
+        retries = 0
+        while True:
+            context = RequestContext(self.client.credentials_provider.get_credentials())
+            protocol = self.client.protocol
+            headers = protocol._make_request_headers(body, query, self.client._signer, context)
+            status, reason, res_headers, res_body = self.client.connection.send_receive(
+                query, headers, body
+            )
+            try:
+                self._check(api, query, status, reason, res_headers, res_body, context)
+                break
+            except OTSServiceError as exc:
+                if not self.client.retry_policy.should_retry(retries, exc, api):
+                    raise
+                time.sleep(self.client.retry_policy.get_retry_delay(retries, exc, api))
+                retries += 1
+        response = response_type()
+        try:
+            response.ParseFromString(res_body)
+        except DecodeError:
+            raise OTSClientError(f"cannot parse the {api} response", status) from None
+        return response
+
+    def _check(self, api, query, status, reason, headers, body, context) -> None:
+        # The SDK's handle_error refuses API names it does not know; its checks are reused here.
+        protocol = self.client.protocol
+        std = protocol._convert_urllib3_headers(headers)
+        protocol._check_headers(std, body, status=status)
+        if status != 403:
+            protocol._check_authorization(query, std, status, self.client._signer, context)
+        if 200 <= status < 300:
+            return
+        error = pb.Error()
+        try:
+            error.ParseFromString(body)
+        except DecodeError:
+            raise OTSClientError(f"HTTP status: {status}, reason: {reason}.", status) from None
+        if status == 403 and error.code != "OTSAuthFailed":
+            protocol._check_authorization(query, std, status, self.client._signer, context)
+        raise OTSServiceError(status, error.code, error.message, std.get("x-ots-requestid", ""))
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def describe_table(self, table: str) -> Any:
+        """The full DescribeTableResponse, stream details included (the SDK drops them)."""
+        return self.call("DescribeTable", pb.DescribeTableRequest(table_name=table),
+                         pb.DescribeTableResponse)
+
+    def update_stream(self, table: str, enabled: bool, expiration_hours: int | None = None) -> Any:
+        request = pb.UpdateTableRequest(table_name=table)
+        request.stream_spec.enable_stream = enabled
+        if enabled and expiration_hours is not None:
+            request.stream_spec.expiration_time = expiration_hours
+        return self.call("UpdateTable", request, pb.UpdateTableResponse).stream_details
+
+    def add_defined_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
+        request = table_protocol.AddDefinedColumnRequest(table_name=table)
+        for name, kind in columns:
+            request.columns.add(name=name, type=_DEFINED_TYPES[kind])
+        self.call("AddDefinedColumn", request, table_protocol.AddDefinedColumnResponse)
+
+    def delete_defined_columns(self, table: str, names: Sequence[str]) -> None:
+        request = table_protocol.DeleteDefinedColumnRequest(table_name=table, columns=list(names))
+        self.call("DeleteDefinedColumn", request, table_protocol.DeleteDefinedColumnResponse)
+
+    def compute_split_points_by_size(
+        self, table: str, split_size: int = 1, unit_bytes: int | None = None
+    ) -> SplitPoints:
+        """Points that cut ``table`` into ranges of about ``split_size`` units (100 MB each,
+        unless ``unit_bytes`` says otherwise)."""
+        request = pb.ComputeSplitPointsBySizeRequest(table_name=table, split_size=split_size)
+        if unit_bytes is not None:
+            request.split_size_unit_in_byte = unit_bytes
+        response = self.call("ComputeSplitPointsBySize", request,
+                             pb.ComputeSplitPointsBySizeResponse)
+        locations = [loc.location for loc in response.locations for _ in range(loc.repeat)]
+        return SplitPoints(
+            points=tuple(
+                tuple(plainbuffer.decode_primary_key(point)) for point in response.split_points
+            ),
+            locations=tuple(locations),
+        )
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def list_streams(self, table: str | None = None) -> list[tuple[str, str, int]]:
+        """(stream id, table, creation time) of every stream, or of ``table``'s."""
+        request = pb.ListStreamRequest()
+        if table is not None:
+            request.table_name = table
+        response = self.call("ListStream", request, pb.ListStreamResponse)
+        return [(s.stream_id, s.table_name, s.creation_time) for s in response.streams]
+
+    def shards(self, stream_id: str) -> list[str]:
+        shards, start = [], None
+        while True:
+            request = pb.DescribeStreamRequest(stream_id=stream_id)
+            if start is not None:
+                request.inclusive_start_shard_id = start
+            response = self.call("DescribeStream", request, pb.DescribeStreamResponse)
+            shards += [s.shard_id for s in response.shards]
+            if not response.HasField("next_shard_id"):
+                return shards
+            start = response.next_shard_id
+
+    def shard_iterator(self, stream_id: str, shard_id: str) -> str:
+        request = pb.GetShardIteratorRequest(stream_id=stream_id, shard_id=shard_id)
+        return self.call("GetShardIterator", request, pb.GetShardIteratorResponse).shard_iterator
+
+    def stream_records(
+        self, iterator: str, limit: int | None = None
+    ) -> tuple[list[StreamRecord], str | None]:
+        """One page of records and the iterator of the next page (None at the shard's end)."""
+        request = pb.GetStreamRecordRequest(shard_iterator=iterator)
+        if limit is not None:
+            request.limit = limit
+        response = self.call("GetStreamRecord", request, pb.GetStreamRecordResponse)
+        records = [
+            StreamRecord(ACTIONS[r.action_type], plainbuffer.decode_row(r.record))
+            for r in response.stream_records
+        ]
+        following = response.next_shard_iterator if response.HasField("next_shard_iterator") else None
+        return records, following
+
+    # -- search-index reindex ------------------------------------------------------------------
+
+    def create_search_index_from(
+        self, table: str, index: str, source_index: str, schema: bytes, time_to_live: int | None = None
+    ) -> None:
+        """Create ``index`` (a ``*_reindex`` canary) with a new schema from ``source_index``'s data."""
+        request = search_protocol.CreateSearchIndexRequest(
+            table_name=table, index_name=index, source_index_name=source_index
+        )
+        request.schema.CopyFrom(search_pb2.IndexSchema.FromString(schema))
+        if time_to_live is not None:
+            request.time_to_live = time_to_live
+        self.call("CreateSearchIndex", request, search_pb2.CreateSearchIndexResponse)
+
+    def switch_search_index(self, table: str, index: str, switch_to: str) -> None:
+        """Swap schemas: ``index`` serves ``switch_to``'s schema and data from now on."""
+        request = search_protocol.UpdateSearchIndexRequest(
+            table_name=table, index_name=index, switch_index_name=switch_to
+        )
+        self.call("UpdateSearchIndex", request, search_pb2.UpdateSearchIndexResponse)
+
+    def set_query_flow_weights(self, table: str, index: str, weights: dict[str, int]) -> None:
+        request = search_protocol.UpdateSearchIndexRequest(table_name=table, index_name=index)
+        for name, weight in weights.items():
+            request.query_flow_weight.add(index_name=name, weight=weight)
+        self.call("UpdateSearchIndex", request, search_pb2.UpdateSearchIndexResponse)
+
+    def describe_search_index(self, table: str, index: str) -> Any:
+        """The full DescribeSearchIndexResponse (brother index, flow weights, status)."""
+        request = search_pb2.DescribeSearchIndexRequest(table_name=table, index_name=index)
+        return self.call("DescribeSearchIndex", request,
+                         search_protocol.DescribeSearchIndexResponse)
