@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -124,3 +125,19 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
+    project = _project(tmp_path, tables=2)
+    assert _run(project, "apply", "--yes").returncode == 0
+    live = _run(project, "inspect", "--format", "json")
+    written = _run(project, "inspect", "--write-models", "adopted")
+    assert written.returncode == 0, written.stderr
+    assert "adopted/t0.py" in written.stdout
+    shown = _run(project, "show", "--format", "json", "--models", "adopted")
+    assert shown.returncode == 0, shown.stderr
+    # Same schema, apart from where the tables were declared.
+    adopted, inspected = json.loads(shown.stdout), json.loads(live.stdout)
+    assert adopted == inspected
+    again = _run(project, "plan", "--detailed-exitcode", "--models", "adopted")
+    assert again.returncode == 0, again.stdout
