@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-import attrs
 import pytest
+from samples import DAY, events
 
 from tsmigrate import ops
 from tsmigrate.errors import SchemaError
@@ -21,26 +21,8 @@ from tsmigrate.schema import (
     SearchIndex,
     SecondaryIndex,
     StreamSpec,
-    Table,
     TableOptions,
 )
-
-DAY = 86400
-
-
-def _table(**changes) -> Table:
-    base = Table(
-        name="events",
-        primary_key=[PrimaryKeyColumn("pk", "STRING"), PrimaryKeyColumn("ts", "INTEGER")],
-        defined_columns=[DefinedColumn("user", "STRING"), DefinedColumn("score", "INTEGER")],
-        options=TableOptions(time_to_live=30 * DAY, allow_update=False),
-        secondary_indexes=[SecondaryIndex("events_by_user", ["user"], include=["score"])],
-        search_indexes=[
-            SearchIndex("events_search", [SearchField("score", "LONG", sort_and_agg=True)],
-                        time_to_live=30 * DAY)
-        ],
-    )
-    return attrs.evolve(base, **changes)
 
 
 def _kinds(plan) -> list[str]:
@@ -48,7 +30,7 @@ def _kinds(plan) -> list[str]:
 
 
 def test_empty_instance_creates_tables_then_search_indexes():
-    plan = make_plan(Catalog(), Catalog([_table()]))
+    plan = make_plan(Catalog(), Catalog([events()]))
     assert _kinds(plan) == ["create_table", "create_search_index"]
     create = plan.steps[0]
     assert create.definition.secondary_indexes[0].name == "events_by_user"
@@ -57,22 +39,22 @@ def test_empty_instance_creates_tables_then_search_indexes():
 
 
 def test_same_catalog_has_no_changes():
-    catalog = Catalog([_table()])
+    catalog = Catalog([events()])
     plan = make_plan(catalog, catalog)
     assert not plan.has_changes
     assert plan.source_fingerprint == plan.target_fingerprint
 
 
 def test_declared_only_parts_never_make_steps():
-    live = Catalog([_table()])
-    target = Catalog([_table(access_patterns=(), source="models.x.Events")])
+    live = Catalog([events()])
+    target = Catalog([events(access_patterns=(), source="models.x.Events")])
     assert not make_plan(live, target).has_changes
 
 
 def test_lowering_ttl_is_destructive_and_orders_index_ttl_first():
-    live = Catalog([_table()])
+    live = Catalog([events()])
     target = Catalog([
-        _table(
+        events(
             options=TableOptions(time_to_live=7 * DAY, allow_update=False),
             search_indexes=[SearchIndex("events_search",
                                         [SearchField("score", "LONG", sort_and_agg=True)],
@@ -86,9 +68,9 @@ def test_lowering_ttl_is_destructive_and_orders_index_ttl_first():
 
 
 def test_raising_ttl_orders_table_first_and_is_safe():
-    live = Catalog([_table()])
+    live = Catalog([events()])
     target = Catalog([
-        _table(
+        events(
             options=TableOptions(time_to_live=60 * DAY, allow_update=False),
             search_indexes=[SearchIndex("events_search",
                                         [SearchField("score", "LONG", sort_and_agg=True)],
@@ -101,20 +83,20 @@ def test_raising_ttl_orders_table_first_and_is_safe():
 
 
 def test_max_versions_risks():
-    live = Catalog([_table(secondary_indexes=(), search_indexes=(),
+    live = Catalog([events(secondary_indexes=(), search_indexes=(),
                            options=TableOptions(max_versions=3))])
-    down = make_plan(live, Catalog([_table(secondary_indexes=(), search_indexes=(),
+    down = make_plan(live, Catalog([events(secondary_indexes=(), search_indexes=(),
                                            options=TableOptions(max_versions=1))]))
     assert down.steps[0].risk == ops.DESTRUCTIVE
-    up = make_plan(live, Catalog([_table(secondary_indexes=(), search_indexes=(),
+    up = make_plan(live, Catalog([events(secondary_indexes=(), search_indexes=(),
                                          options=TableOptions(max_versions=5))]))
     assert up.steps[0].risk == ops.SAFE
     assert "can make old versions readable again" in up.steps[0].reason
 
 
 def test_changed_index_is_drop_then_create_said_plainly():
-    live = Catalog([_table()])
-    target = Catalog([_table(secondary_indexes=[SecondaryIndex("events_by_user", ["user", "score"])])])
+    live = Catalog([events()])
+    target = Catalog([events(secondary_indexes=[SecondaryIndex("events_by_user", ["user", "score"])])])
     plan = make_plan(live, target)
     assert _kinds(plan) == ["drop_index", "create_index"]
     assert plan.steps[0].risk == ops.DESTRUCTIVE
@@ -122,9 +104,9 @@ def test_changed_index_is_drop_then_create_said_plainly():
 
 
 def test_index_dropped_before_its_column_and_created_after_new_column():
-    live = Catalog([_table()])
+    live = Catalog([events()])
     target = Catalog([
-        _table(
+        events(
             defined_columns=[DefinedColumn("user", "STRING"), DefinedColumn("team", "STRING")],
             secondary_indexes=[SecondaryIndex("events_by_team", ["team"])],
         )
@@ -135,8 +117,8 @@ def test_index_dropped_before_its_column_and_created_after_new_column():
 
 
 def test_search_index_schema_change_is_replace():
-    live = Catalog([_table()])
-    target = Catalog([_table(search_indexes=[
+    live = Catalog([events()])
+    target = Catalog([events(search_indexes=[
         SearchIndex("events_search", [SearchField("score", "LONG")], time_to_live=30 * DAY)
     ])])
     plan = make_plan(live, target)
@@ -145,8 +127,8 @@ def test_search_index_schema_change_is_replace():
 
 
 def test_throughput_and_stream():
-    live = Catalog([_table()])
-    target = Catalog([_table(throughput=ReservedThroughput(10, 5),
+    live = Catalog([events()])
+    target = Catalog([events(throughput=ReservedThroughput(10, 5),
                              stream=StreamSpec(enabled=True, expiration_hours=48))])
     plan = make_plan(live, target)
     assert _kinds(plan) == ["update_throughput", "update_stream"]
@@ -156,15 +138,15 @@ def test_throughput_and_stream():
 
 
 def test_disabled_stream_expiration_is_not_a_change():
-    live = Catalog([_table(stream=StreamSpec(False, 24))])
-    target = Catalog([_table(stream=StreamSpec(False, 72))])
+    live = Catalog([events(stream=StreamSpec(False, 24))])
+    target = Catalog([events(stream=StreamSpec(False, 72))])
     assert not make_plan(live, target).has_changes
 
 
 def test_key_change_under_same_name_is_a_clear_error():
-    live = Catalog([_table()])
+    live = Catalog([events()])
     swapped = [PrimaryKeyColumn("ts", "INTEGER"), PrimaryKeyColumn("pk", "STRING")]
-    target = Catalog([_table(primary_key=swapped)])
+    target = Catalog([events(primary_key=swapped)])
     with pytest.raises(SchemaError) as info:
         make_plan(live, target)
     problem = info.value.problems[0]
@@ -178,14 +160,14 @@ def test_changed_derivation_is_a_key_change_when_live_knows_it():
     longer = [PrimaryKeyColumn("pk", "STRING", derivation=HashPrefix("user", 6)),
               PrimaryKeyColumn("ts", "INTEGER")]
     with pytest.raises(SchemaError):
-        make_plan(Catalog([_table(primary_key=derived)]), Catalog([_table(primary_key=longer)]))
+        make_plan(Catalog([events(primary_key=derived)]), Catalog([events(primary_key=longer)]))
     # Unknown live derivation (a plain inspection): adopting the model changes nothing.
-    assert not make_plan(Catalog([_table()]), Catalog([_table(primary_key=longer)])).has_changes
+    assert not make_plan(Catalog([events()]), Catalog([events(primary_key=longer)])).has_changes
 
 
 def test_replacing_table_rewrites_and_reports_old_one():
-    old = _table(name="events", search_indexes=())
-    new = _table(
+    old = events(name="events", search_indexes=())
+    new = events(
         name="events_v2",
         primary_key=[PrimaryKeyColumn("ts", "INTEGER"), PrimaryKeyColumn("pk", "STRING")],
         secondary_indexes=[SecondaryIndex("events_v2_by_user", ["user"])],
@@ -202,8 +184,8 @@ def test_replacing_table_rewrites_and_reports_old_one():
 
 
 def test_undeclared_tables_are_reported_never_dropped_unless_pruning():
-    live = Catalog([_table(), _table(name="legacy", secondary_indexes=())])
-    target = Catalog([_table()])
+    live = Catalog([events(), events(name="legacy", secondary_indexes=())])
+    target = Catalog([events()])
     plan = make_plan(live, target)
     assert not plan.has_changes
     assert [u.name for u in plan.undeclared] == ["legacy"]
@@ -213,7 +195,7 @@ def test_undeclared_tables_are_reported_never_dropped_unless_pruning():
 
 
 def test_renderers_agree_on_content():
-    plan = make_plan(Catalog([_table()]), Catalog([_table(options=TableOptions(time_to_live=7 * DAY,
+    plan = make_plan(Catalog([events()]), Catalog([events(options=TableOptions(time_to_live=7 * DAY,
                                                                                 allow_update=False),
                                                           search_indexes=())]))
     text = plan_text(plan, colour=False)
@@ -223,12 +205,12 @@ def test_renderers_agree_on_content():
     assert "| 1 | `-` | drop search index events_search of events | **destructive** |" in markdown
     assert "--allow-destructive" in text and "--allow-destructive" in markdown
     assert data["summary"] == {"safe": 0, "data-copy": 0, "destructive": 2}
-    assert data["source_fingerprint"] == Catalog([_table()]).fingerprint()
+    assert data["source_fingerprint"] == Catalog([events()]).fingerprint()
     assert [s["kind"] for s in data["steps"]] == ["drop_search_index", "update_options"]
 
 
 def test_no_changes_rendering():
-    catalog = Catalog([_table()])
+    catalog = Catalog([events()])
     plan = make_plan(catalog, catalog)
     assert plan_text(plan, colour=False).startswith("No changes.")
     assert "**No changes.**" in plan_markdown(plan)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
+from samples import DAY, events
 from strategies import catalog_changes
 
 from tsmigrate import adapter, ops
@@ -14,35 +14,17 @@ from tsmigrate.apply import ApplyRefused, apply, plan_document
 from tsmigrate.plan import make_plan, with_known_derivations
 from tsmigrate.schema import (
     Catalog,
-    DefinedColumn,
     PrimaryKeyColumn,
-    SearchField,
-    SearchIndex,
     SecondaryIndex,
-    Table,
     TableOptions,
     physical,
 )
 from tsmigrate.state import STATE_TABLE, LockHeld, State
 from tsmigrate.validate import validate_catalog
 
-DAY = 86400
 IDENTITY = "local:test"
 
 
-def _events(**changes) -> Table:
-    base = Table(
-        name="events",
-        primary_key=[PrimaryKeyColumn("pk", "STRING"), PrimaryKeyColumn("ts", "INTEGER")],
-        defined_columns=[DefinedColumn("user", "STRING"), DefinedColumn("score", "INTEGER")],
-        options=TableOptions(time_to_live=30 * DAY, allow_update=False),
-        secondary_indexes=[SecondaryIndex("events_by_user", ["user"], include=["score"])],
-        search_indexes=[
-            SearchIndex("events_search", [SearchField("score", "LONG", sort_and_agg=True)],
-                        time_to_live=30 * DAY)
-        ],
-    )
-    return attrs.evolve(base, **changes)
 
 
 def _live(client) -> Catalog:
@@ -55,7 +37,7 @@ def _replan(client, models: Catalog):
 
 
 def test_apply_then_plan_has_no_changes(ots_client):
-    models = Catalog([_events(), _events(name="audit", secondary_indexes=(), search_indexes=())])
+    models = Catalog([events(), events(name="audit", secondary_indexes=(), search_indexes=())])
     outcome = apply(ots_client, models, target_identity=IDENTITY)
     assert outcome.executed == 3  # two tables (the index is created with its table), one search index
     assert physical(_live(ots_client)).fingerprint() == outcome.plan.target_fingerprint
@@ -68,8 +50,8 @@ def test_apply_then_plan_has_no_changes(ots_client):
 
 
 def test_destructive_steps_need_the_flag(ots_client):
-    apply(ots_client, Catalog([_events()]), target_identity=IDENTITY)
-    lower = Catalog([_events(options=TableOptions(time_to_live=7 * DAY, allow_update=False),
+    apply(ots_client, Catalog([events()]), target_identity=IDENTITY)
+    lower = Catalog([events(options=TableOptions(time_to_live=7 * DAY, allow_update=False),
                              search_indexes=())])
     with pytest.raises(ApplyRefused, match="--allow-destructive"):
         apply(ots_client, lower, target_identity=IDENTITY)
@@ -80,9 +62,9 @@ def test_destructive_steps_need_the_flag(ots_client):
 
 
 def test_undeclared_tables_survive_unless_pruned(ots_client):
-    apply(ots_client, Catalog([_events(), _events(name="legacy", secondary_indexes=(),
+    apply(ots_client, Catalog([events(), events(name="legacy", secondary_indexes=(),
                                                   search_indexes=())]), target_identity=IDENTITY)
-    only_events = Catalog([_events()])
+    only_events = Catalog([events()])
     assert apply(ots_client, only_events, target_identity=IDENTITY).executed == 0
     assert _live(ots_client).table("legacy") is not None
     apply(ots_client, only_events, target_identity=IDENTITY, prune=True, allow_destructive=True)
@@ -90,7 +72,7 @@ def test_undeclared_tables_survive_unless_pruned(ots_client):
 
 
 def test_plan_file_is_pinned(ots_client):
-    models = Catalog([_events()])
+    models = Catalog([events()])
     document = plan_document(make_plan(_live(ots_client), models), IDENTITY)
     edited = {**document, "steps": document["steps"][:1]}
     with pytest.raises(ApplyRefused, match="edited"):
@@ -98,14 +80,14 @@ def test_plan_file_is_pinned(ots_client):
     with pytest.raises(ApplyRefused, match="made for local:test"):
         apply(ots_client, models, target_identity="local:other", document=document)
     with pytest.raises(ApplyRefused, match="other models"):
-        apply(ots_client, Catalog([_events(name="other")]), target_identity=IDENTITY,
+        apply(ots_client, Catalog([events(name="other")]), target_identity=IDENTITY,
               document=document)
     assert _live(ots_client).tables == ()
     assert apply(ots_client, models, target_identity=IDENTITY, document=document).executed == 2
 
 
 def test_plan_file_refused_when_live_state_moved_and_resumed_midway(ots_client):
-    models = Catalog([_events(), _events(name="audit", search_indexes=(),
+    models = Catalog([events(), events(name="audit", search_indexes=(),
                                          secondary_indexes=[SecondaryIndex("audit_by_user", ["user"])])])
     document = plan_document(make_plan(_live(ots_client), models), IDENTITY)
     plan = make_plan(_live(ots_client), models)
@@ -121,7 +103,7 @@ def test_plan_file_refused_when_live_state_moved_and_resumed_midway(ots_client):
 
 
 def test_two_concurrent_applies_exactly_one_proceeds(ots_instance):
-    models = Catalog([_events()])
+    models = Catalog([events()])
     inside, release = threading.Event(), threading.Event()
     results: dict[str, object] = {}
 
@@ -151,14 +133,14 @@ def test_stale_lock_of_a_dead_process_is_taken_over(ots_client):
     # Pretend the holder was a process on this host that has died.
     adapter.put_row(ots_client, STATE_TABLE, [("kind", "lock"), ("id", "apply")],
                     {**state._lock_columns(), "pid": 2**22 + 12345})
-    outcome = apply(ots_client, Catalog([_events()]), target_identity=IDENTITY)
+    outcome = apply(ots_client, Catalog([events()]), target_identity=IDENTITY)
     assert "took over a stale lock" in outcome.note
 
 
 def test_rewrite_is_refused_until_the_engine_lands(ots_client):
-    apply(ots_client, Catalog([_events(search_indexes=())]), target_identity=IDENTITY)
+    apply(ots_client, Catalog([events(search_indexes=())]), target_identity=IDENTITY)
     swapped = [PrimaryKeyColumn("ts", "INTEGER"), PrimaryKeyColumn("pk", "STRING")]
-    v2 = _events(name="events_v2", primary_key=swapped, replaces="events", search_indexes=(),
+    v2 = events(name="events_v2", primary_key=swapped, replaces="events", search_indexes=(),
                  secondary_indexes=[SecondaryIndex("events_v2_by_user", ["user"])])
     with pytest.raises(ApplyRefused, match="rewrite engine"):
         apply(ots_client, Catalog([v2]), target_identity=IDENTITY)
