@@ -25,8 +25,6 @@ from tsmigrate.validate import validate_catalog
 IDENTITY = "local:test"
 
 
-
-
 def _live(client) -> Catalog:
     return adapter.inspect(client, exclude=(STATE_TABLE,))
 
