@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -40,9 +40,10 @@ def _checksum(document: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_document(plan: Plan, target_identity: str) -> dict[str, Any]:
-    """The plan as written by ``plan --out``: the JSON plan, the target, and a checksum."""
-    document = {**plan.to_dict(), "target": target_identity}
+def plan_document(plan: Plan, target_identity: str, findings: Sequence[Any] = ()) -> dict[str, Any]:
+    """The plan as written by ``plan --out``: the JSON plan, its lint findings, the target, and
+    a checksum."""
+    document = {**plan.to_dict(), "lint": [f.to_dict() for f in findings], "target": target_identity}
     document["checksum"] = _checksum(document)
     return document
 

@@ -176,6 +176,38 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
         sys.exit(2)
 
 
+def _lint_config(project):
+    from tsmigrate.lint import LintConfig
+
+    return LintConfig.from_settings(project.settings.get("lint", {}))
+
+
+@main.command()
+@models_option
+@project_option
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
+              show_default=True)
+@reports_errors
+def lint(models, project, fmt):
+    """Check the models against Tablestore design rules (no instance needed).
+
+    Exit 1 when any finding is an error. Codes, rationale and examples: docs/lint.md.
+    """
+    from tsmigrate.lint import ERROR, run_lint
+    from tsmigrate.planrender import findings_markdown, findings_text
+
+    proj, catalog = _catalog(project, models)
+    findings = run_lint(catalog, config=_lint_config(proj))
+    if fmt == "json":
+        click.echo(json.dumps([f.to_dict() for f in findings], indent=2, sort_keys=True))
+    elif fmt == "markdown":
+        click.echo(findings_markdown(findings), nl=False)
+    else:
+        Console(highlight=False, soft_wrap=True).print(findings_text(findings), end="")
+    if any(f.severity == ERROR for f in findings):
+        sys.exit(1)
+
+
 @main.command(name="apply")
 @models_option
 @project_option

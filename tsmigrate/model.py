@@ -279,8 +279,9 @@ class AccessPattern(_Declaration):
 
 _OPTIONS = {
     "table", "ttl", "max_versions", "max_time_deviation", "allow_update", "reserved_read",
-    "reserved_write", "stream", "replaces", "abstract",
+    "reserved_write", "stream", "replaces", "abstract", "writes", "lint_ignore",
 }
+WRITE_STYLES = ("put", "update")
 _REGISTRY: list[type[Model]] = []
 
 
@@ -290,6 +291,7 @@ class Model:
     table (physical name; default: the class name in snake_case), ttl ('90d', seconds, None),
     max_versions, max_time_deviation (seconds), allow_update, reserved_read, reserved_write,
     stream (True, False or an expiration such as '24h'), replaces (the table a rewrite replaces),
+    writes ('put' or 'update': how services write rows), lint_ignore ({code: reason}),
     abstract (a base class that declares shared fields but no table).
     """
 
@@ -445,9 +447,44 @@ class Model:
             stream=stream,
             access_patterns=[p.compile() for p in cls._declared(AccessPattern)],
             replaces=opts.get("replaces"),
+            writes=cls._writes(opts, problems),
+            lint_ignore=cls._lint_ignore(opts, problems),
             source=cls._qualname(),
         )
         return table, problems
+
+    @classmethod
+    def _writes(cls, opts: Mapping[str, Any], problems: list[Problem]) -> str:
+        writes = opts.get("writes", "put")
+        if writes not in WRITE_STYLES:
+            problems.append(cls._problem(
+                "writes", "model.writes", f"writes must be 'put' or 'update', got {writes!r}",
+                "say 'update' when services change rows with UpdateRow (partial writes, increments)",
+            ))
+            return "put"
+        return writes
+
+    @classmethod
+    def _lint_ignore(cls, opts: Mapping[str, Any], problems: list[Problem]) -> dict[str, str]:
+        ignore = opts.get("lint_ignore", {})
+        if not isinstance(ignore, Mapping):
+            problems.append(cls._problem(
+                "lint_ignore", "model.lint-ignore",
+                "lint_ignore must map lint codes to the reason for ignoring them",
+                "write lint_ignore={'TS-CL701': 'why this is fine here'}",
+            ))
+            return {}
+        kept = {}
+        for code, reason in ignore.items():
+            if not isinstance(reason, str) or not reason.strip():
+                problems.append(cls._problem(
+                    "lint_ignore", "model.lint-ignore",
+                    f"suppressing {code} needs a reason",
+                    f"write lint_ignore={{{code!r}: 'why this is fine here'}}",
+                ))
+                continue
+            kept[str(code)] = reason.strip()
+        return kept
 
     @classmethod
     def table(cls) -> schema.Table:

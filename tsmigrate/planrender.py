@@ -1,12 +1,17 @@
-"""Plan rendering: terminal (Terraform-like symbols and colour), Markdown for a pull-request
-comment, and JSON (schema: ``Plan.to_dict``, documented in the README)."""
+"""Plan and lint rendering: terminal (Terraform-like symbols and colour), Markdown for a
+pull-request comment, and JSON (schema: ``Plan.to_dict`` plus ``lint``, documented in the README).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from tsmigrate import ops
+from tsmigrate.lint.core import ERROR, SEVERITIES, WARNING, Finding
 from tsmigrate.plan import Plan
+
+_SEVERITY_STYLE = {ERROR: ("✗", "red"), WARNING: ("!", "yellow")}
 
 _COLOURS = {"+": "green", "-": "red", "~": "yellow", "-/+": "magenta"}
 _RISK_COLOURS = {ops.SAFE: "green", ops.DATA_COPY: "yellow", ops.DESTRUCTIVE: "red"}
@@ -17,7 +22,42 @@ def _counts(plan: Plan) -> str:
     return f"{len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''} ({', '.join(parts)})"
 
 
-def plan_text(plan: Plan, *, colour: bool = True) -> str:
+def _tally(findings: Sequence[Finding]) -> str:
+    counts = [(s, sum(f.severity == s for f in findings)) for s in SEVERITIES]
+    return ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts if n)
+
+
+def findings_text(findings: Sequence[Finding], *, colour: bool = True) -> str:
+    def paint(text: str, style: str) -> str:
+        return f"[{style}]{text}[/]" if colour else text
+
+    if not findings:
+        return paint("Lint: no findings.", "green") + "\n"
+    lines = [paint(f"Lint: {_tally(findings)}", "bold")]
+    for f in findings:
+        mark, style = _SEVERITY_STYLE.get(f.severity, ("i", "cyan"))
+        lines.append(
+            f"  {paint(mark, style)} {paint(f.code, style)} {_escape(f.where(), colour)}: "
+            f"{_escape(f.message, colour)}"
+        )
+        if f.fix:
+            lines.append(f"      {paint('fix:', 'dim')} {_escape(f.fix, colour)}")
+    return "\n".join(lines) + "\n"
+
+
+def findings_markdown(findings: Sequence[Finding]) -> str:
+    if not findings:
+        return "**Lint:** no findings.\n"
+    lines = [f"**Lint: {_tally(findings)}**", "", "| | code | where | finding | fix |",
+             "|---|---|---|---|---|"]
+    for f in findings:
+        cells = [f.where(), f.message, f.fix]
+        where, message, fix = (c.replace("|", "\\|") for c in cells)
+        lines.append(f"| {f.severity} | `{f.code}` | {where} | {message} | {fix} |")
+    return "\n".join(lines) + "\n"
+
+
+def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = ()) -> str:
     """Rich markup when ``colour``; plain text otherwise."""
 
     def paint(text: str, style: str) -> str:
@@ -44,14 +84,17 @@ def plan_text(plan: Plan, *, colour: bool = True) -> str:
             paint("! ", "bold red")
             + f"{len(plan.by_risk(ops.DESTRUCTIVE))} destructive step(s): apply needs --allow-destructive"
         )
-    return "\n".join(lines) + "\n"
+    lines.append("")
+    return "\n".join(lines) + "\n" + findings_text(findings, colour=colour)
 
 
 def _escape(text: str, colour: bool) -> str:
     return text.replace("[", r"\[") if colour else text
 
 
-def plan_markdown(plan: Plan, *, title: str = "tsmigrate plan") -> str:
+def plan_markdown(
+    plan: Plan, *, title: str = "tsmigrate plan", findings: Sequence[Finding] = ()
+) -> str:
     lines = [f"### {title}", ""]
     if not plan.has_changes:
         lines.append("**No changes.** The instance matches the models.")
@@ -76,11 +119,13 @@ def plan_markdown(plan: Plan, *, title: str = "tsmigrate plan") -> str:
             "`tsmigrate apply` refuses them without `--allow-destructive`."
         )
     lines.append("")
+    lines.append(findings_markdown(findings))
     lines.append(
         f"<sub>live state `{plan.source_fingerprint[:19]}` → target `{plan.target_fingerprint[:19]}`</sub>"
     )
     return "\n".join(lines) + "\n"
 
 
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+def plan_json(plan: Plan, findings: Sequence[Finding] = ()) -> str:
+    data = {**plan.to_dict(), "lint": [f.to_dict() for f in findings]}
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

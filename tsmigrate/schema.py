@@ -179,6 +179,12 @@ class Table:
     attributes: tuple[AttributeColumn, ...] = attrs.field(default=(), converter=_by_name)
     access_patterns: tuple[AccessPattern, ...] = attrs.field(default=(), converter=_by_name)
     replaces: str | None = None
+    # How services write rows: "put" (whole rows) or "update" (UpdateRow: partial, increments).
+    writes: str = "put"
+    # Lint codes suppressed on this table, each with the reason a reviewer reads.
+    lint_ignore: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=lambda v: tuple(sorted(dict(v).items()))
+    )
     # Where the table was declared (e.g. "models.telemetry.Telemetry"); not part of the schema.
     source: str = attrs.field(default="", eq=False)
 
@@ -239,6 +245,7 @@ def _plain(value: Any) -> Any:
 
 def table_to_dict(table: Table) -> dict[str, Any]:
     data = _plain(table)
+    data["lint_ignore"] = dict(table.lint_ignore)
     for index in data["search_indexes"]:
         for field in index["fields"]:
             _field_params_to_dict(field)
@@ -295,6 +302,8 @@ def table_from_dict(data: Mapping[str, Any]) -> Table:
         attributes=[AttributeColumn(**c) for c in d.get("attributes", ())],
         access_patterns=[AccessPattern(**p) for p in d.get("access_patterns", ())],
         replaces=d.get("replaces"),
+        writes=d.get("writes", "put"),
+        lint_ignore=d.get("lint_ignore", {}),
     )
 
 
@@ -315,6 +324,8 @@ def physical_table(table: Table) -> Table:
         attributes=(),
         access_patterns=(),
         replaces=None,
+        writes="put",
+        lint_ignore=(),
         source="",
     )
 
