@@ -8,7 +8,12 @@ point lookup by request_id that the first key used to give.
 from tsmigrate import AccessPattern, Column, GlobalIndex, Model, PrimaryKey
 
 
-class SerpSnapshot(Model, table="serp_snapshots", max_versions=1):
+class SerpSnapshot(
+    Model,
+    table="serp_snapshots",
+    max_versions=1,
+    lint_ignore={"TS-CL701": "the raw response is the only thing parsing can be replayed from"},
+):
     keyword = PrimaryKey(str)
     day = PrimaryKey(str)  # "2026-09-21": ISO dates sort as text in date order
     request_id = PrimaryKey(str)

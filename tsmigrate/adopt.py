@@ -12,7 +12,7 @@ import jinja2
 from tsmigrate.errors import ConfigError
 from tsmigrate.model import Model
 from tsmigrate.render import duration
-from tsmigrate.schema import LOCAL, NO_TTL, Catalog, SearchField, Table
+from tsmigrate.schema import LOCAL, NO_TTL, Catalog, IndexSorter, SearchField, Table
 
 _PY_TYPES = {"STRING": "str", "INTEGER": "int", "BINARY": "bytes", "DOUBLE": "float", "BOOLEAN": "bool"}
 _RESERVED = {name for name in dir(Model) if not name.startswith("__")}
@@ -65,6 +65,11 @@ def _search_field(field: SearchField) -> str:
     return f"SearchField({', '.join(args)})"
 
 
+def _presort(sorter: IndexSorter) -> str:
+    mode = f":{sorter.mode.lower()}" if sorter.mode else ""
+    return ("-" if sorter.order == "DESC" else "") + (sorter.field or "pk") + mode
+
+
 def _ttl(seconds: int) -> str:
     return "None" if seconds == NO_TTL else repr(duration(seconds))
 
@@ -115,10 +120,7 @@ def table_source(table: Table) -> str:
         if search.routing_fields:
             args.append(f"routing={list(search.routing_fields)!r}")
         if search.index_sort:
-            args.append(
-                "presort="
-                + repr([("-" if s.order == "DESC" else "") + (s.field or "pk") for s in search.index_sort])
-            )
+            args.append("presort=" + repr([_presort(s) for s in search.index_sort]))
         if search.time_to_live != o.time_to_live:
             args.append(f"ttl={_ttl(search.time_to_live)}")
         body.append("")

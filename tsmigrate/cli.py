@@ -78,13 +78,13 @@ def with_target(command: F) -> F:
     return command
 
 
-def _catalog(project_dir: Path | None, models: tuple[str, ...]):
+def _catalog(project_dir: Path | None, models: tuple[str, ...], tolerate: frozenset[str] = frozenset()):
     from tsmigrate.config import load_project
     from tsmigrate.discover import import_models
     from tsmigrate.model import compile_models
 
     project = load_project(project_dir, models)
-    return project, compile_models(import_models(project.models, project.root))
+    return project, compile_models(import_models(project.models, project.root), tolerate=tolerate)
 
 
 def _inspect(project, target_name, endpoint, instance):
@@ -194,9 +194,11 @@ def lint(models, project, fmt):
     Exit 1 when any finding is an error. Codes, rationale and examples: docs/lint.md.
     """
     from tsmigrate.lint import ERROR, run_lint
+    from tsmigrate.lint.indexes import LIMITS, PREREQUISITES
     from tsmigrate.planrender import findings_markdown, findings_text
 
-    proj, catalog = _catalog(project, models)
+    # Index prerequisites and limits come back as lint findings (TS-IX401 / TS-IX402).
+    proj, catalog = _catalog(project, models, tolerate=PREREQUISITES | LIMITS)
     findings = run_lint(catalog, config=_lint_config(proj))
     if fmt == "json":
         click.echo(json.dumps([f.to_dict() for f in findings], indent=2, sort_keys=True))

@@ -14,7 +14,7 @@ problem of every model, when the models are compiled (``compile_models``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, get_args
 
 import attrs
@@ -204,11 +204,14 @@ class SearchField:
 
 
 def _sorter(spec: str) -> schema.IndexSorter:
-    """'-ts' -> ts descending; 'pk' / '-pk' -> by primary key."""
+    """'-ts' -> ts descending; 'pk' / '-pk' -> by primary key; 'tags:max' -> an array field
+    sorted by its largest element (min / max / avg)."""
     descending = spec.startswith("-")
-    field = spec.lstrip("-+")
+    field, _, mode = spec.lstrip("-+").partition(":")
     return schema.IndexSorter(
-        field=None if field == "pk" else field, order=schema.DESC if descending else schema.ASC
+        field=None if field == "pk" else field,
+        order=schema.DESC if descending else schema.ASC,
+        mode=mode.upper() or None,
     )
 
 
@@ -583,8 +586,11 @@ class Model:
 _MODEL_API = {name for name in vars(Model) if not (name.startswith("__") and name.endswith("__"))}
 
 
-def compile_models(models: Iterable[type[Model]]) -> schema.Catalog:
-    """Compile models to a validated Catalog; raise one SchemaError with every problem."""
+def compile_models(
+    models: Iterable[type[Model]], *, tolerate: Container[str] = ()
+) -> schema.Catalog:
+    """Compile models to a validated Catalog; raise one SchemaError with every problem, except
+    those whose rule is in ``tolerate`` (lint reports those itself, under its own codes)."""
     tables, problems = [], []
     for model in models:
         table, found = model.compile()
@@ -592,6 +598,7 @@ def compile_models(models: Iterable[type[Model]]) -> schema.Catalog:
         problems.extend(found)
     catalog = schema.Catalog(tables=tables)
     problems.extend(validate_catalog(catalog))
+    problems = [p for p in problems if p.rule not in tolerate]
     if problems:
         raise SchemaError(problems)
     return catalog

@@ -518,6 +518,8 @@ def _search_index(table: Table, index: SearchIndex, report: _Report) -> None:
     has_nested = any(f.type == "NESTED" for f in index.fields)
     sortable = {f.name for f in index.fields if f.sort_and_agg}
     for sorter in index.index_sort:
+        if sorter.mode not in (None, "MIN", "MAX", "AVG"):
+            report.add(where, "search-index.sort", f"sort mode must be min, max or avg, not {sorter.mode}")
         if sorter.order not in (ASC, DESC):
             report.add(where, "search-index.sort", f"sort order must be ASC or DESC, not {sorter.order}")
         if sorter.field is not None and sorter.field not in sortable:
