@@ -16,9 +16,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import logging
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,10 +24,10 @@ from urllib.parse import urlparse
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
-AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
 BATCH = 200
 FULL = ([("user", ts.INF_MIN), ("seq", ts.INF_MIN)], [("user", ts.INF_MAX), ("seq", ts.INF_MAX)])
 
@@ -58,25 +55,6 @@ def write_request(table: str, rows: list[ts.Row]) -> ts.BatchWriteRowRequest:
     request = ts.BatchWriteRowRequest()
     request.add(ts.TableInBatchWriteRowItem(table, [ts.PutRowItem(r, ts.Condition("IGNORE")) for r in rows]))
     return request
-
-
-def start_server(memory: bool, data_dir: str) -> tuple[subprocess.Popen[str], str]:
-    storage = ["--memory"] if memory else ["--data", data_dir]
-    cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve"]
-    cmd += ["--port", "0", "--instance", INSTANCE, "--access-key-id", AK_ID, *storage]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET},
-    )
-    assert proc.stdout is not None
-    endpoint = proc.stdout.readline().strip()
-    if not endpoint.startswith("http://"):
-        proc.kill()
-        raise SystemExit("server did not start")
-    return proc, endpoint
 
 
 def create_table(client: ts.OTSClient, name: str) -> None:
@@ -169,7 +147,7 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="in-memory server instead of a data directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
-        proc, endpoint = start_server(args.memory, data_dir)
+        proc, endpoint = start_server(*(["--memory"] if args.memory else ["--data", data_dir]))
         try:
             client = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)
             create_table(client, "raw")

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import subprocess
-import sys
 import time
 
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 from tablestore.retry import NoRetryPolicy  # noqa: E402
 
 from tsmigrate import adapter  # noqa: E402
@@ -40,22 +38,6 @@ from tsmigrate.schema import (  # noqa: E402
     SecondaryIndex,
     Table,
 )
-
-AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
-
-
-def start_server(latency_ms: float, ops_per_s: int) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve",
-           "--memory", "--port", "0", "--instance", INSTANCE, "--access-key-id", AK_ID,
-           "--latency-ms", str(latency_ms), "--table-ops-per-s", str(ops_per_s)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET})
-    assert proc.stdout is not None
-    endpoint = proc.stdout.readline().strip()
-    if not endpoint.startswith("http://"):
-        proc.kill()
-        raise SystemExit("server did not start")
-    return proc, endpoint
 
 
 def catalog(tables: int) -> Catalog:
@@ -105,7 +87,8 @@ def main() -> None:
     parser.add_argument("--ops-per-s", type=int, default=10)
     args = parser.parse_args()
 
-    proc, endpoint = start_server(args.latency_ms, args.ops_per_s)
+    proc, endpoint = start_server("--memory", "--latency-ms", str(args.latency_ms),
+                                  "--table-ops-per-s", str(args.ops_per_s))
     try:
         models = catalog(args.tables)
         retrying = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)

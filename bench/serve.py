@@ -1,0 +1,23 @@
+"""Start `tsmigrate local serve` in its own process for a benchmark, as a remote service would be."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
+
+
+def start_server(*options: str) -> tuple[subprocess.Popen[str], str]:
+    """The server process and its endpoint; ``options`` are extra `local serve` flags."""
+    cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve",
+           "--port", "0", "--instance", INSTANCE, "--access-key-id", AK_ID, *options]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET})
+    assert proc.stdout is not None
+    endpoint = proc.stdout.readline().strip()
+    if not endpoint.startswith("http://"):
+        proc.kill()
+        raise SystemExit("server did not start")
+    return proc, endpoint
