@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import logging
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -69,6 +70,11 @@ class Replayer:
         self.client = client
         url = urlparse(endpoint)
         self.conn = http.client.HTTPConnection(url.hostname, url.port)
+        # http.client sends headers and body in two writes; without TCP_NODELAY the body waits
+        # on Nagle's algorithm, which would be the client's cost, not the server's. The SDK's
+        # urllib3 pool sets it too.
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def prepare(self, api: str, *args: object) -> tuple[str, dict[str, str], bytes]:
         context = RequestContext(self.client.credentials_provider.get_credentials())
