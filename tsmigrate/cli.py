@@ -197,8 +197,10 @@ def lint(models, project, fmt):
     from tsmigrate.lint.indexes import LIMITS, PREREQUISITES
     from tsmigrate.planrender import findings_markdown, findings_text
 
-    # Index prerequisites and limits come back as lint findings (TS-IX401 / TS-IX402).
-    proj, catalog = _catalog(project, models, tolerate=PREREQUISITES | LIMITS)
+    # Index prerequisites and limits, and concatenated keys that break order, come back as lint
+    # findings (TS-IX401, TS-IX402, TS-PK306) instead of stopping the run.
+    tolerate = PREREQUISITES | LIMITS | {"key-derivation.order"}
+    proj, catalog = _catalog(project, models, tolerate=tolerate)
     findings = run_lint(catalog, config=_lint_config(proj))
     if fmt == "json":
         click.echo(json.dumps([f.to_dict() for f in findings], indent=2, sort_keys=True))

@@ -126,21 +126,26 @@ class Concat:
             out.append("Concat lists a field twice")
         if len(self.sep) != 1:
             out.append(f"separator must be exactly one character, got {self.sep!r}")
-        elif self.characters and self.sep >= min(self.characters):
-            lowest = min(self.characters)
-            hint = ", such as ','" if lowest > "," else ""
-            out.append(
-                f"separator {self.sep!r} (0x{ord(self.sep):02x}) does not sort below every data "
-                f"character: {lowest!r} (0x{ord(lowest):02x}) may appear in the data, so "
-                "concatenated keys would not sort like the original values ('a100:' sorts after "
-                f"'a1001'); use a separator below 0x{ord(lowest):02x}{hint}"
-            )
+        out += self.order_problems()
         for name, width in self.pad:
             if name not in self.fields:
                 out.append(f"pad names {name!r}, which is not one of the fields {list(self.fields)}")
             if not 1 <= width <= 19:
                 out.append(f"pad width of {name!r} must be 1 to 19 digits, got {width}")
         return out
+
+    def order_problems(self) -> list[str]:
+        """Why keys built this way would not sort like the tuples of their values, if they would not."""
+        if len(self.sep) != 1 or not self.characters or self.sep < min(self.characters):
+            return []
+        lowest = min(self.characters)
+        hint = ", such as ','" if lowest > "," else ""
+        return [
+            f"separator {self.sep!r} (0x{ord(self.sep):02x}) does not sort below every data "
+            f"character: {lowest!r} (0x{ord(lowest):02x}) may appear in the data, so "
+            "concatenated keys would not sort like the original values ('a100:' sorts after "
+            f"'a1001'); use a separator below 0x{ord(lowest):02x}{hint}"
+        ]
 
     def part(self, field: str, value: Any) -> str:
         widths = dict(self.pad)

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from tsmigrate.errors import Problem, SchemaError
+from tsmigrate.keys import Concat
 from tsmigrate.schema import (
     ANALYZERS,
     ASC,
@@ -196,8 +197,10 @@ def _primary_key(table: Table, report: _Report) -> None:
         derivation = column.derivation
         if derivation is None:
             continue
+        ordering = derivation.order_problems() if isinstance(derivation, Concat) else []
         for message in derivation.problems():
-            report.add(column.name, "key-derivation.invalid", message)
+            rule = "key-derivation.order" if message in ordering else "key-derivation.invalid"
+            report.add(column.name, rule, message)
         if column.type != derivation.output_type:
             report.add(
                 column.name,

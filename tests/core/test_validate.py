@@ -227,7 +227,7 @@ CASES = [
     ),
     Case(
         "concat-colon-sep",
-        "key-derivation.invalid",
+        "key-derivation.order",
         "pk",
         table(
             primary_key=[pk(derivation=Concat(["a", "b"], sep=":"))],
