@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tablestore.protobuf import search_pb2
+
+from tsmigrate.local.protoext import F as _F  # noqa: N811 - reads as the field table's prefix
+from tsmigrate.local.protoext import Field, build_messages
 
 PACKAGE = "tsmigrate.search_ext"
 FILE_NAME = "tsmigrate/local/search_ext.proto"
@@ -40,8 +42,7 @@ PENDING = 1
 FAILED = 2
 RUNNING = 3
 
-_F = descriptor_pb2.FieldDescriptorProto
-_MESSAGES: list[tuple[str, list[tuple[str, int, int, int, str]]]] = [
+_MESSAGES: list[tuple[str, list[Field]]] = [
     # (message, [(field, number, label, type, type name for messages / enums)])
     ("CreateSearchIndexRequest", [
         ("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING, ""),
@@ -85,42 +86,19 @@ _MESSAGES: list[tuple[str, list[tuple[str, int, int, int, str]]]] = [
 ]
 
 
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    proto = descriptor_pb2.FileDescriptorProto(
-        name=FILE_NAME, package=PACKAGE, syntax="proto2", dependency=[search_pb2.DESCRIPTOR.name]
-    )
-    enum = proto.enum_type.add(name="IndexStatusEnum")
-    for name, number in (("PENDING", PENDING), ("FAILED", FAILED), ("RUNNING", RUNNING)):
-        enum.value.add(name=name, number=number)
-    for message_name, fields in _MESSAGES:
-        message = proto.message_type.add(name=message_name)
-        for name, number, label, type_, type_name in fields:
-            field = message.field.add(name=name, number=number, label=label, type=type_)
-            if type_name:
-                field.type_name = type_name
-    return proto
-
-
-def _load() -> Any:
-    pool = descriptor_pool.Default()
-    try:  # already registered (this module imported under a second name, e.g. by pytest)
-        return pool.FindFileByName(FILE_NAME)
-    except KeyError:
-        pool.AddSerializedFile(_file().SerializeToString())
-        return pool.FindFileByName(FILE_NAME)
-
-
-_DESCRIPTOR = _load()
-
-
-def _class(name: str) -> Any:
-    return message_factory.GetMessageClass(_DESCRIPTOR.message_types_by_name[name])
+_classes = build_messages(
+    FILE_NAME,
+    PACKAGE,
+    search_pb2.DESCRIPTOR.name,
+    _MESSAGES,
+    enums={"IndexStatusEnum": [("PENDING", PENDING), ("FAILED", FAILED), ("RUNNING", RUNNING)]},
+)
 
 
 # Typed Any: the classes are made at runtime, so static checkers cannot know their fields.
-CreateSearchIndexRequest: Any = _class("CreateSearchIndexRequest")
-QueryFlowWeight: Any = _class("QueryFlowWeight")
-UpdateSearchIndexRequest: Any = _class("UpdateSearchIndexRequest")
-MeteringInfo: Any = _class("MeteringInfo")
-IndexStatus: Any = _class("IndexStatus")
-DescribeSearchIndexResponse: Any = _class("DescribeSearchIndexResponse")
+CreateSearchIndexRequest: Any = _classes["CreateSearchIndexRequest"]
+QueryFlowWeight: Any = _classes["QueryFlowWeight"]
+UpdateSearchIndexRequest: Any = _classes["UpdateSearchIndexRequest"]
+MeteringInfo: Any = _classes["MeteringInfo"]
+IndexStatus: Any = _classes["IndexStatus"]
+DescribeSearchIndexResponse: Any = _classes["DescribeSearchIndexResponse"]

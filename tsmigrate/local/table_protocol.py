@@ -35,55 +35,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tablestore.protobuf import table_store_pb2 as pb
 
-_FILE = "tsmigrate_table_protocol.proto"
-_PACKAGE = "tsmigrate.table_protocol"
-_SDK_FILE = pb.DESCRIPTOR.name  # "table_store.proto"
-_SDK_PACKAGE = pb.DESCRIPTOR.package  # "com.aliyun.tablestore.protocol"
+from tsmigrate.local.protoext import F, build_messages
 
-_F = descriptor_pb2.FieldDescriptorProto
+_SDK = "." + pb.DESCRIPTOR.package  # "com.aliyun.tablestore.protocol"
 
-
-def _field(name: str, number: int, label: int, kind: int, type_name: str | None = None) -> _F:
-    field = _F(name=name, number=number, label=label, type=kind)
-    if type_name is not None:
-        field.type_name = type_name
-    return field
-
-
-def _build() -> descriptor_pb2.FileDescriptorProto:
-    f = descriptor_pb2.FileDescriptorProto(
-        name=_FILE, package=_PACKAGE, syntax="proto2", dependency=[_SDK_FILE]
-    )
-    add = f.message_type.add(name="AddDefinedColumnRequest")
-    add.field.append(_field("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING))
-    add.field.append(
-        _field("columns", 2, _F.LABEL_REPEATED, _F.TYPE_MESSAGE, f".{_SDK_PACKAGE}.DefinedColumnSchema")
-    )
-    f.message_type.add(name="AddDefinedColumnResponse")
-    delete = f.message_type.add(name="DeleteDefinedColumnRequest")
-    delete.field.append(_field("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING))
-    delete.field.append(_field("columns", 2, _F.LABEL_REPEATED, _F.TYPE_STRING))
-    f.message_type.add(name="DeleteDefinedColumnResponse")
-    return f
-
-
-def _message_classes() -> dict[str, Any]:
-    pool = descriptor_pool.Default()
-    try:
-        pool.FindFileByName(_FILE)
-    except KeyError:
-        pool.Add(_build())
-    names = [m.name for m in _build().message_type]
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-        for name in names
-    }
-
-
-_classes = _message_classes()
+_classes = build_messages(
+    "tsmigrate_table_protocol.proto",
+    "tsmigrate.table_protocol",
+    pb.DESCRIPTOR.name,  # "table_store.proto"
+    [
+        ("AddDefinedColumnRequest", [
+            ("table_name", 1, F.LABEL_REQUIRED, F.TYPE_STRING, ""),
+            ("columns", 2, F.LABEL_REPEATED, F.TYPE_MESSAGE, f"{_SDK}.DefinedColumnSchema"),
+        ]),
+        ("AddDefinedColumnResponse", []),
+        ("DeleteDefinedColumnRequest", [
+            ("table_name", 1, F.LABEL_REQUIRED, F.TYPE_STRING, ""),
+            ("columns", 2, F.LABEL_REPEATED, F.TYPE_STRING, ""),
+        ]),
+        ("DeleteDefinedColumnResponse", []),
+    ],
+)
 AddDefinedColumnRequest: Any = _classes["AddDefinedColumnRequest"]
 AddDefinedColumnResponse: Any = _classes["AddDefinedColumnResponse"]
 DeleteDefinedColumnRequest: Any = _classes["DeleteDefinedColumnRequest"]
