@@ -31,8 +31,7 @@ from typing import Any
 
 from tablestore.protobuf import search_pb2
 
-from tsmigrate.local.protoext import F as _F  # noqa: N811 - reads as the field table's prefix
-from tsmigrate.local.protoext import Field, build_messages
+from tsmigrate.local.protoext import F, Field, build_messages
 
 PACKAGE = "tsmigrate.search_ext"
 FILE_NAME = "tsmigrate/local/search_ext.proto"
@@ -45,43 +44,43 @@ RUNNING = 3
 _MESSAGES: list[tuple[str, list[Field]]] = [
     # (message, [(field, number, label, type, type name for messages / enums)])
     ("CreateSearchIndexRequest", [
-        ("table_name", 1, _F.LABEL_REQUIRED, _F.TYPE_STRING, ""),
-        ("index_name", 2, _F.LABEL_REQUIRED, _F.TYPE_STRING, ""),
-        ("schema", 3, _F.LABEL_OPTIONAL, _F.TYPE_MESSAGE, f"{_SDK}.IndexSchema"),
-        ("source_index_name", 4, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("time_to_live", 5, _F.LABEL_OPTIONAL, _F.TYPE_INT32, ""),
+        ("table_name", 1, F.LABEL_REQUIRED, F.TYPE_STRING, ""),
+        ("index_name", 2, F.LABEL_REQUIRED, F.TYPE_STRING, ""),
+        ("schema", 3, F.LABEL_OPTIONAL, F.TYPE_MESSAGE, f"{_SDK}.IndexSchema"),
+        ("source_index_name", 4, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("time_to_live", 5, F.LABEL_OPTIONAL, F.TYPE_INT32, ""),
     ]),
     ("QueryFlowWeight", [
-        ("index_name", 1, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("weight", 2, _F.LABEL_OPTIONAL, _F.TYPE_INT32, ""),
+        ("index_name", 1, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("weight", 2, F.LABEL_OPTIONAL, F.TYPE_INT32, ""),
     ]),
     ("UpdateSearchIndexRequest", [
-        ("table_name", 1, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("index_name", 2, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("switch_index_name", 3, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("query_flow_weight", 4, _F.LABEL_REPEATED, _F.TYPE_MESSAGE, f".{PACKAGE}.QueryFlowWeight"),
-        ("time_to_live", 5, _F.LABEL_OPTIONAL, _F.TYPE_INT32, ""),
-        ("added_field_schemas", 6, _F.LABEL_REPEATED, _F.TYPE_MESSAGE, f"{_SDK}.FieldSchema"),
+        ("table_name", 1, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("index_name", 2, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("switch_index_name", 3, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("query_flow_weight", 4, F.LABEL_REPEATED, F.TYPE_MESSAGE, f".{PACKAGE}.QueryFlowWeight"),
+        ("time_to_live", 5, F.LABEL_OPTIONAL, F.TYPE_INT32, ""),
+        ("added_field_schemas", 6, F.LABEL_REPEATED, F.TYPE_MESSAGE, f"{_SDK}.FieldSchema"),
     ]),
     ("MeteringInfo", [
-        ("storage_size", 1, _F.LABEL_OPTIONAL, _F.TYPE_INT64, ""),
-        ("row_count", 2, _F.LABEL_OPTIONAL, _F.TYPE_INT64, ""),
-        ("reserved_read_cu", 3, _F.LABEL_OPTIONAL, _F.TYPE_INT64, ""),
-        ("timestamp", 4, _F.LABEL_OPTIONAL, _F.TYPE_INT64, ""),
+        ("storage_size", 1, F.LABEL_OPTIONAL, F.TYPE_INT64, ""),
+        ("row_count", 2, F.LABEL_OPTIONAL, F.TYPE_INT64, ""),
+        ("reserved_read_cu", 3, F.LABEL_OPTIONAL, F.TYPE_INT64, ""),
+        ("timestamp", 4, F.LABEL_OPTIONAL, F.TYPE_INT64, ""),
     ]),
     ("IndexStatus", [
-        ("status", 1, _F.LABEL_OPTIONAL, _F.TYPE_ENUM, f".{PACKAGE}.IndexStatusEnum"),
-        ("status_description", 2, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
+        ("status", 1, F.LABEL_OPTIONAL, F.TYPE_ENUM, f".{PACKAGE}.IndexStatusEnum"),
+        ("status_description", 2, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
     ]),
     ("DescribeSearchIndexResponse", [
-        ("schema", 1, _F.LABEL_OPTIONAL, _F.TYPE_MESSAGE, f"{_SDK}.IndexSchema"),
-        ("sync_stat", 2, _F.LABEL_OPTIONAL, _F.TYPE_MESSAGE, f"{_SDK}.SyncStat"),
-        ("metering_info", 3, _F.LABEL_OPTIONAL, _F.TYPE_MESSAGE, f".{PACKAGE}.MeteringInfo"),
-        ("brother_index_name", 4, _F.LABEL_OPTIONAL, _F.TYPE_STRING, ""),
-        ("query_flow_weight", 5, _F.LABEL_REPEATED, _F.TYPE_MESSAGE, f".{PACKAGE}.QueryFlowWeight"),
-        ("create_time", 6, _F.LABEL_OPTIONAL, _F.TYPE_INT64, ""),
-        ("time_to_live", 7, _F.LABEL_OPTIONAL, _F.TYPE_INT32, ""),
-        ("index_status", 8, _F.LABEL_OPTIONAL, _F.TYPE_MESSAGE, f".{PACKAGE}.IndexStatus"),
+        ("schema", 1, F.LABEL_OPTIONAL, F.TYPE_MESSAGE, f"{_SDK}.IndexSchema"),
+        ("sync_stat", 2, F.LABEL_OPTIONAL, F.TYPE_MESSAGE, f"{_SDK}.SyncStat"),
+        ("metering_info", 3, F.LABEL_OPTIONAL, F.TYPE_MESSAGE, f".{PACKAGE}.MeteringInfo"),
+        ("brother_index_name", 4, F.LABEL_OPTIONAL, F.TYPE_STRING, ""),
+        ("query_flow_weight", 5, F.LABEL_REPEATED, F.TYPE_MESSAGE, f".{PACKAGE}.QueryFlowWeight"),
+        ("create_time", 6, F.LABEL_OPTIONAL, F.TYPE_INT64, ""),
+        ("time_to_live", 7, F.LABEL_OPTIONAL, F.TYPE_INT32, ""),
+        ("index_status", 8, F.LABEL_OPTIONAL, F.TYPE_MESSAGE, f".{PACKAGE}.IndexStatus"),
     ]),
 ]
 
