@@ -134,11 +134,18 @@ class Concat:
                 out.append(f"pad width of {name!r} must be 1 to 19 digits, got {width}")
         return out
 
+    @property
+    def data_characters(self) -> str:
+        """The characters the parts may hold: the alphabet (any printable character when none
+        is declared), and digits when integers are zero-padded."""
+        characters = self.characters or ALPHABETS["printable"]
+        return characters + ALPHABETS["digits"] if self.pad else characters
+
     def order_problems(self) -> list[str]:
         """Why keys built this way would not sort like the tuples of their values, if they would not."""
-        if len(self.sep) != 1 or not self.characters or self.sep < min(self.characters):
+        lowest = min(self.data_characters)
+        if len(self.sep) != 1 or self.sep < lowest:
             return []
-        lowest = min(self.characters)
         hint = ", such as ','" if lowest > "," else ""
         return [
             f"separator {self.sep!r} (0x{ord(self.sep):02x}) does not sort below every data "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tsmigrate import ops
-from tsmigrate.keys import ALPHABETS, Concat, Descending, HashPrefix, TimeBucket
+from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.lint.core import ERROR, INFO, WARNING, Context, Finding, rule
 from tsmigrate.lint.names import has_few_values, is_id, is_sequence, is_time_like
 from tsmigrate.render import duration
@@ -137,12 +137,7 @@ def _concat_problems(table: Table, concat: Concat) -> Iterator[str]:
             yield f"{field!r} is {kind}: only strings and integers keep their order in a key"
     if len(concat.sep) != 1:
         return  # validation reports the separator's length
-    # The characters the parts may hold: the declared alphabet (any printable one when none is
-    # declared), and digits for padded integers.
-    characters = concat.characters or ALPHABETS["printable"]
-    if widths:
-        characters += ALPHABETS["digits"]
-    lowest = min(characters)
+    lowest = min(concat.data_characters)
     if concat.sep >= lowest:
         yield (
             f"separator {concat.sep!r} does not sort below {lowest!r}, which the parts may "
