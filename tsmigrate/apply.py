@@ -88,9 +88,11 @@ class Outcome:
 Progress = Callable[[int, int, ops.Step], None]
 
 
-def _current_plan(client: Any, state: State, models: Catalog, prune: bool, pacer: Any) -> Plan:
+def live_catalog(client: Any, pacer: Pacer | Unpaced = adapter.UNPACED) -> Catalog:
+    """The live instance as IR (tsmigrate's own table left out), with the key derivations
+    tsmigrate recorded when it last applied."""
     live = adapter.inspect(client, exclude=(STATE_TABLE,), pacer=pacer)
-    return make_plan(with_known_derivations(live, state.applied_catalog()), models, prune=prune)
+    return with_known_derivations(live, State(client).applied_catalog())
 
 
 def apply(
@@ -111,7 +113,8 @@ def apply(
     state.ensure_table()
     note = state.acquire() or ""
     try:
-        plan = _current_plan(client, state, models, prune, pacer)
+        live = live_catalog(client, pacer)
+        plan = make_plan(live, models, prune=prune)
         plan_id = plan.models_fingerprint[7:23]
         if document is not None:
             done = _resume_point(document, plan.source_fingerprint)
@@ -144,7 +147,7 @@ def apply(
             return Outcome(plan, 0, note)
         if not confirm(plan):
             raise ApplyRefused("apply cancelled; nothing was changed")
-        predicted = physical(adapter.inspect(client, exclude=(STATE_TABLE,), pacer=pacer))
+        predicted = physical(live)
         for number, step in enumerate(plan.steps, 1):
             if progress is not None:
                 progress(number, len(plan.steps), step)

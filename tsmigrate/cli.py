@@ -88,17 +88,14 @@ def _catalog(project_dir: Path | None, models: tuple[str, ...], tolerate: frozen
 
 
 def _inspect(project, target_name, endpoint, instance):
-    """The live catalog of the target (read calls only), with the key derivations tsmigrate
-    recorded when it last applied."""
+    """The live catalog of the target (read calls only)."""
     from tsmigrate import adapter
-    from tsmigrate.plan import with_known_derivations
-    from tsmigrate.state import STATE_TABLE, State
+    from tsmigrate.apply import live_catalog
     from tsmigrate.target import connect, resolve_target
 
     target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
-        live = adapter.inspect(client, exclude=(STATE_TABLE,), pacer=target.pacer())
-        return target, with_known_derivations(live, State(client).applied_catalog())
+        return target, live_catalog(client, target.pacer())
 
 
 @click.group()
