@@ -10,12 +10,11 @@ from pathlib import Path
 import jinja2
 
 from tsmigrate.errors import ConfigError
-from tsmigrate.model import Model
+from tsmigrate.model import RESERVED_NAMES
 from tsmigrate.render import duration
 from tsmigrate.schema import LOCAL, NO_TTL, Catalog, IndexSorter, SearchField, Table
 
 _PY_TYPES = {"STRING": "str", "INTEGER": "int", "BINARY": "bytes", "DOUBLE": "float", "BOOLEAN": "bool"}
-_RESERVED = {name for name in dir(Model) if not name.startswith("__")}
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("tsmigrate", "templates"),
@@ -29,7 +28,7 @@ _ENV = jinja2.Environment(
 def _attribute(name: str, taken: set[str]) -> tuple[str, str]:
     """A Python attribute for a column or index name, and the ``name=`` argument when they differ."""
     attr = name
-    if keyword.iskeyword(attr) or attr in _RESERVED or attr.startswith("__"):
+    if keyword.iskeyword(attr) or attr in RESERVED_NAMES or attr.startswith("__"):
         attr = f"{attr.strip('_')}_col" if attr.strip("_") else "col"
     while attr in taken:
         attr += "_"

@@ -324,7 +324,7 @@ class Model:
         shadowing = {
             attr: value
             for attr, value in vars(cls).items()
-            if isinstance(value, _Declaration) and attr in _MODEL_API
+            if isinstance(value, _Declaration) and attr in RESERVED_NAMES
         }
         for attr in shadowing:
             delattr(cls, attr)
@@ -399,7 +399,7 @@ class Model:
             ))
 
         for declaration in cls.declarations():
-            if declaration.name in _MODEL_API:
+            if declaration.name in RESERVED_NAMES:
                 problems.append(cls._problem(
                     declaration.name, "model.reserved-name",
                     f"field {declaration.name!r} would hide Model.{declaration.name}",
@@ -583,7 +583,9 @@ class Model:
 
 
 # Names a field must not take: Model's methods and attributes, private helpers included.
-_MODEL_API = {name for name in vars(Model) if not (name.startswith("__") and name.endswith("__"))}
+RESERVED_NAMES = frozenset(
+    name for name in vars(Model) if not (name.startswith("__") and name.endswith("__"))
+)
 
 
 def compile_models(

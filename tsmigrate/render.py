@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tsmigrate.schema import NO_TTL, Catalog, SearchField, Table
+from tsmigrate.schema import NO_TTL, AccessPattern, Catalog, SearchField, Table
 
 
 def duration(seconds: int) -> str:
@@ -24,6 +24,15 @@ def _field(field: SearchField) -> str:
     if field.sub_fields:
         text += "{" + ", ".join(_field(s) for s in field.sub_fields) + "}"
     return text
+
+
+def pattern_text(pattern: AccessPattern) -> str:
+    """``user = ? and day in [a, b) order by -ts``."""
+    parts = [f"{c} = ?" for c in pattern.eq]
+    if pattern.range:
+        parts.append(f"{pattern.range} in [a, b)")
+    order = f" order by {pattern.order_by}" if pattern.order_by else ""
+    return f"{' and '.join(parts) or 'all rows'}{order}"
 
 
 def table_text(table: Table) -> list[str]:
@@ -77,11 +86,7 @@ def table_text(table: Table) -> list[str]:
             + f" ({'; '.join(extra)})"
         )
     for pattern in table.access_patterns:
-        parts = [f"{c} = ?" for c in pattern.eq]
-        if pattern.range:
-            parts.append(f"{pattern.range} in [a, b)")
-        order = f" order by {pattern.order_by}" if pattern.order_by else ""
-        lines.append(f"  query         {pattern.name}: {' and '.join(parts) or 'all rows'}{order}")
+        lines.append(f"  query         {pattern.name}: {pattern_text(pattern)}")
     return lines
 
 

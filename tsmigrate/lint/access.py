@@ -17,6 +17,7 @@ import attrs
 from tsmigrate import ops
 from tsmigrate.keys import Concat, Descending, TimeBucket
 from tsmigrate.lint.core import ERROR, WARNING, Context, Finding, rule
+from tsmigrate.render import pattern_text
 from tsmigrate.schema import LOCAL, AccessPattern, PrimaryKeyColumn, Table
 from tsmigrate.validate import INDEX_KEY_TYPES
 
@@ -117,14 +118,6 @@ def routes(table: Table, pattern: AccessPattern) -> list[Route]:
     return found
 
 
-def _pattern_text(pattern: AccessPattern) -> str:
-    parts = [f"{c} = ?" for c in pattern.eq]
-    if pattern.range:
-        parts.append(f"{pattern.range} in [a, b)")
-    text = " and ".join(parts) or "all rows"
-    return text + (f" order by {pattern.order_by}" if pattern.order_by else "")
-
-
 def _cheapest_fix(context: Context, table: Table, pattern: AccessPattern) -> str:
     wanted = [*pattern.eq, *([pattern.range or _order_column(pattern)] if (pattern.range or
                                                                            pattern.order_by) else [])]
@@ -162,7 +155,7 @@ def unservable_pattern(context: Context) -> Iterator[Finding]:
                 yield context.finding(
                     table,
                     f"access pattern {pattern.name}",
-                    f"{_pattern_text(pattern)} cannot be served by the key order, a secondary "
+                    f"{pattern_text(pattern)} cannot be served by the key order, a secondary "
                     "index or a search index: it would scan the whole table",
                     _cheapest_fix(context, table, pattern),
                 )
@@ -200,7 +193,7 @@ def plan_breaks_pattern(context: Context) -> Iterator[Finding]:
             yield context.finding(
                 table,
                 f"access pattern {pattern.name}",
-                f"{_pattern_text(pattern)} is served today by "
+                f"{pattern_text(pattern)} is served today by "
                 f"{' / '.join(r.describe() for r in served_before)}, but not after this plan",
                 "keep the structure that serves it, or add another route before removing it",
                 step=step,

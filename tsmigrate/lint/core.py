@@ -16,7 +16,7 @@ change, VT versions and TTL, PK primary key, IX indexes, AP access patterns, CL 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -142,7 +142,3 @@ def run_lint(
         findings.extend(f for f in registered.check(context) if not _suppressed(f, target))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: (order[f.severity], f.step or 0, f.table, f.code, f.field))
-
-
-def iter_tables(context: Context) -> Iterator[Table]:
-    yield from context.target.tables
