@@ -146,7 +146,10 @@ def test_update_operations(ots_client: OTSClient) -> None:
     make_table(ots_client, options=TableOptions(max_version=5))
     pk = [("k", "x"), ("n", 1)]
     now = int(time.time() * 1000)
-    ots_client.put_row("t", Row(pk, [("a", 1, now - 3000), ("a", 2, now - 2000), ("b", "x"), ("cnt", 10)]))
+    # `cnt` is written a second ago: the increment below then makes a second version whatever the
+    # clock does (a version is its timestamp: two writes in one millisecond make one version).
+    row = Row(pk, [("a", 1, now - 3000), ("a", 2, now - 2000), ("b", "x"), ("cnt", 10, now - 1000)])
+    ots_client.put_row("t", row)
     ots_client.update_row(
         "t",
         Row(

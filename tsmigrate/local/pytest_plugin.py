@@ -45,13 +45,13 @@ def ots_client(ots_instance: LocalTablestore) -> OTSClient:
 
 @pytest.fixture
 def ots_server_options(local_ots: LocalTablestore) -> Iterator[ServerOptions]:
-    """The session server's knobs, restored after the test (clock offset included)."""
+    """The session server's knobs, restored after the test (its clock and clock offset included)."""
     server = local_ots.server
     saved = copy.copy(server.options)
-    saved_offset = server.clock_offset
+    saved_clock, saved_offset = server.clock, server.clock_offset
     try:
         yield server.options
     finally:
         saved.instances = server.options.instances  # instances created meanwhile stay valid
         server.options = saved
-        server.clock_offset = saved_offset
+        server.clock, server.clock_offset = saved_clock, saved_offset

@@ -3,6 +3,13 @@
 Every write runs in one storage transaction (a batch row in its own savepoint), so a request or
 batch row that fails leaves nothing behind. After each row mutation the server's mutation hooks run
 (the attachment point for secondary indexes and streams).
+
+Timestamps: a cell written without one gets the server's clock in ms, read when the request holds
+the storage (so in commit order). A cell version *is* its timestamp: two writes of one cell in the
+same millisecond make one version, holding the later write's value (as an explicit timestamp equal
+to an existing version replaces it). An increment adds to the cell's newest version and is stamped
+no older than it, so it always becomes the newest version (replacing it within one millisecond):
+every acknowledged increment counts, however writes interleave.
 """
 
 from __future__ import annotations
@@ -428,10 +435,13 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
             total = base + cell.value  # type: ignore[operator]
             if not INT64_MIN <= total <= INT64_MAX:
                 raise invalid(f"Integer overflow when incrementing column '{cell.name}'.")
-            version = _version(cell.name, total, now_ms)
+            # Never below the version it adds to (a future explicit timestamp, a clock stepped
+            # back): an older version would hide under it and the step would be lost.
+            ts = max(now_ms, current[0][0]) if current else now_ms
+            version = _version(cell.name, total, ts)
             size += len(version[2])
             _add_version(cells, cell.name, version)
-            change.cells.append((cell.name, total, None, now_ms))
+            change.cells.append((cell.name, total, None, ts))
     for name, versions in cells.items():
         cells[name] = versions[: table.max_versions]
     if cells:

@@ -100,7 +100,10 @@ class LocalServer:
         self.scan_sessions = ScanSessions(self.options.search_splits_size)
         self.mutation_hooks: list[MutationHook] = []  # run for writes to every table
         self._table_hooks: list[tuple[HookScope, MutationHook]] = []
-        self.clock_offset = 0.0  # seconds added to the clock of data (tests move time forward)
+        # The clock of data (cell timestamps, TTL, versions): `clock() + clock_offset` seconds.
+        # Tests move time with `clock_offset`, or replace `clock` to stop it (same-ms writes).
+        self.clock: Callable[[], float] = time.time
+        self.clock_offset = 0.0
         self._table_ops: dict[str, collections.deque[float]] = {}
         self._rate_lock = threading.Lock()
         self._http = HTTPServer(host, port, self.handle, MAX_BODY)
@@ -120,7 +123,7 @@ class LocalServer:
         self.storage.close()
 
     def now(self) -> float:
-        return time.time() + self.clock_offset
+        return self.clock() + self.clock_offset
 
     def add_instance(self, name: str) -> None:
         self.options.instances.add(name)
@@ -152,7 +155,6 @@ class LocalServer:
                 )
             if req.body_too_large:
                 raise OTSError(413, "OTSRequestBodyTooLarge", "The size of POST data is too large.")
-            now = self.now()
             # The clock offset moves data time (TTL, versions) only, not the signature check.
             caller = verify_request(
                 "/" + api, query, req.headers, req.body, self.credentials, time.time()
@@ -161,15 +163,19 @@ class LocalServer:
             entry = HANDLERS.get(api)
             if entry is None:
                 raise invalid(f"Unsupported operation: {api}.")
-            self._admit(api, caller.instance, now)
+            self._admit(api, caller.instance, self.now())
             request_cls, handler = entry
             message = request_cls()
             try:
                 message.ParseFromString(req.body)
             except DecodeError:
                 raise invalid("Failed to parse the ProtoBuf message.") from None
-            ctx = Context(self, caller.instance, api, now)
-            result = handler(ctx, message)
+            # A request is applied at one instant, taken once it holds the storage: versions are
+            # stamped in the order writes commit, so a write that waited for the lock can never
+            # be stamped older than one committed meanwhile (see `rows.update_one` for increments).
+            with self.storage.lock:
+                ctx = Context(self, caller.instance, api, self.now())
+                result = handler(ctx, message)
             status = 200
             body = result if isinstance(result, bytes) else result.SerializeToString()
         except OTSError as e:
