@@ -1,0 +1,8 @@
+"""The CLI's commands, one module per group of verbs; ``tsmigrate.cli`` assembles them.
+
+- ``common``: error reporting, shared options, loading models and inspecting the target
+- ``schema``: validate, show, lint (no instance needed)
+- ``plan``: plan
+- ``apply``: apply
+- ``inspect``: inspect (and adoption with --write-models)
+"""

@@ -1,0 +1,78 @@
+"""`tsmigrate apply`: change the target to match the models."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from tsmigrate.commands.common import (
+    err_console,
+    load_catalog,
+    models_option,
+    project_option,
+    reports_errors,
+    with_target,
+)
+
+
+@click.command(name="apply")
+@models_option
+@project_option
+@with_target
+@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Apply exactly this plan (from plan --out); refused if the instance changed.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--allow-destructive", is_flag=True,
+              help="Allow steps that lose data, versions, indexes or stream records.")
+@click.option("--prune", is_flag=True, help="Also drop tables that no model declares.")
+@reports_errors
+def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
+                  allow_destructive, prune):
+    """Change the target to match the models (takes a lock, records history)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tsmigrate import adapter
+    from tsmigrate.apply import ApplyRefused, apply
+    from tsmigrate.planrender import plan_text
+    from tsmigrate.target import connect, resolve_target
+
+    proj, catalog = load_catalog(project, models)
+    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+    document = None
+    if plan_file is not None:
+        try:
+            document = json.loads(plan_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ApplyRefused(f"cannot read plan file {plan_file}: {exc}") from None
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[dim]target: {target.describe()}[/]")
+
+    def confirm(plan) -> bool:
+        console.print(plan_text(plan), end="")
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise ApplyRefused("confirmation needed: run interactively, or pass --yes")
+        return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("applying", total=None)
+
+        def progress(number, total, step) -> None:
+            bar.update(task, total=total, completed=number - 1, description=step.summary()[:60])
+
+        with adapter.service_errors(target.describe()), connect(proj, target) as client:
+            outcome = apply(client, catalog, target_identity=target.identity, document=document,
+                            allow_destructive=allow_destructive, prune=prune, confirm=confirm,
+                            progress=progress, pacer=target.pacer())
+    if outcome.note:
+        console.print(f"[dim]{outcome.note}[/]")
+    if outcome.executed:
+        console.print(f"[bold green]Applied {outcome.executed} step(s).[/]")
+    else:
+        console.print("[bold green]No changes.[/] The instance matches the models.")

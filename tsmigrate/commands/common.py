@@ -1,0 +1,94 @@
+"""What every command shares: printing typed errors without a traceback, the common options,
+loading the project's models and inspecting the target."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from tsmigrate.errors import SchemaError, TsmigrateError
+
+F = TypeVar("F", bound=Callable[..., Any])
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def reports_errors(command: F) -> F:
+    """Print tsmigrate's typed errors plainly (no traceback) and exit with their code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except SchemaError as exc:
+            err_console.print(f"[bold red]error:[/] {len(exc.problems)} schema problem(s)")
+            for problem in exc.problems:
+                # Messages quote user input and config keys ("[tool.tsmigrate]"): not markup.
+                err_console.print(f"  [red]✗[/] {escape(problem.where())}: {escape(problem.message)} "
+                                  f"[dim]\\[{escape(problem.rule)}][/]", markup=True)
+                if problem.fix:
+                    err_console.print(f"      [dim]fix:[/] {escape(problem.fix)}")
+            sys.exit(exc.exit_code)
+        except TsmigrateError as exc:
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+models_option = click.option(
+    "--models",
+    "models",
+    multiple=True,
+    metavar="MODULE",
+    help="Module (or package) defining the models; repeatable. "
+    "Default: [tool.tsmigrate] models in pyproject.toml.",
+)
+project_option = click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Project directory (default: the one holding the nearest pyproject.toml).",
+)
+
+
+target_options = [
+    click.option("--target", "target_name", metavar="NAME",
+                 help="A target from [tool.tsmigrate.targets] in pyproject.toml."),
+    click.option("--endpoint", metavar="URL", help="Instance endpoint (with --instance)."),
+    click.option("--instance", metavar="NAME", help="Instance name (with --endpoint)."),
+]
+
+
+def with_target(command: F) -> F:
+    for option in reversed(target_options):
+        command = option(command)
+    return command
+
+
+def load_catalog(project_dir: Path | None, models: tuple[str, ...],
+                 tolerate: frozenset[str] = frozenset()):
+    """The project and the catalog its models compile to."""
+    from tsmigrate.config import load_project
+    from tsmigrate.discover import import_models
+    from tsmigrate.model import compile_models
+
+    project = load_project(project_dir, models)
+    return project, compile_models(import_models(project.models, project.root), tolerate=tolerate)
+
+
+def inspect_target(project, target_name, endpoint, instance):
+    """The target and its live catalog (read calls only)."""
+    from tsmigrate import adapter
+    from tsmigrate.apply import live_catalog
+    from tsmigrate.target import connect, resolve_target
+
+    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return target, live_catalog(client, target.pacer())

@@ -1,0 +1,32 @@
+"""`tsmigrate inspect`: the live instance's schema, or models written for it (adoption)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tsmigrate.commands.common import inspect_target, project_option, reports_errors, with_target
+
+
+@click.command(name="inspect")
+@project_option
+@with_target
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--write-models", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write model source for the live tables into this package directory (adoption).")
+@reports_errors
+def inspect_command(project, target_name, endpoint, instance, fmt, write_models):
+    """Print the schema of the live instance, or write models for it."""
+    from tsmigrate.config import load_project
+    from tsmigrate.render import catalog_text
+
+    _target, live = inspect_target(load_project(project), target_name, endpoint, instance)
+    if write_models is not None:
+        from tsmigrate.adopt import write_models as write
+
+        for path in write(live, write_models):
+            click.echo(f"wrote {path}")
+        return
+    click.echo(live.to_json() if fmt == "json" else catalog_text(live), nl=fmt == "json")

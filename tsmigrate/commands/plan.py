@@ -1,0 +1,55 @@
+"""`tsmigrate plan`: what apply would change on the target (read calls only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from tsmigrate.commands.common import (
+    inspect_target,
+    load_catalog,
+    models_option,
+    project_option,
+    reports_errors,
+    with_target,
+)
+
+
+@click.command()
+@models_option
+@project_option
+@with_target
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
+              show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the plan to this file (JSON, usable by apply --plan).")
+@click.option("--prune", is_flag=True, help="Plan to drop tables that no model declares.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 2 when there are changes, 0 when there are none, 1 on error.")
+@reports_errors
+def plan(models, project, target_name, endpoint, instance, fmt, out, prune, detailed_exitcode):
+    """Show what apply would change on the target (read calls only)."""
+    from tsmigrate.apply import plan_document
+    from tsmigrate.plan import make_plan
+    from tsmigrate.planrender import plan_json, plan_markdown, plan_text
+
+    proj, catalog = load_catalog(project, models)
+    target, live = inspect_target(proj, target_name, endpoint, instance)
+    result = make_plan(live, catalog, prune=prune)
+    if out is not None:
+        document = plan_document(result, target.identity)
+        out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if fmt == "json":
+        click.echo(plan_json(result), nl=False)
+    elif fmt == "markdown":
+        click.echo(plan_markdown(result, title=f"tsmigrate plan: {target.describe()}"), nl=False)
+    else:
+        console = Console(highlight=False, soft_wrap=True)
+        console.print(f"[dim]target: {target.describe()}[/]")
+        console.print(plan_text(result), end="")
+    if detailed_exitcode and result.has_changes:
+        sys.exit(2)
