@@ -1,9 +1,15 @@
-"""Project configuration: ``[tool.tsmigrate]`` in the nearest pyproject.toml."""
+"""Project configuration: ``[tool.tsmigrate]`` in the nearest pyproject.toml.
+
+The whole table is checked when it is read: unknown keys (with the closest known one), wrong
+types, empty lists. Every problem is reported at once, each naming the key and showing an example
+of a correct value, so a typo such as ``modles`` fails loudly instead of being ignored.
+"""
 
 from __future__ import annotations
 
+import difflib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +22,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+DEFAULT_MODELS = ("models",)
+DEFAULT_MIGRATIONS = "migrations"
+
 
 @attrs.frozen
 class Project:
     root: Path
-    models: tuple[str, ...] = ("models",)
-    migrations: str = "migrations"
+    models: tuple[str, ...] = DEFAULT_MODELS
+    migrations: str = DEFAULT_MIGRATIONS
     settings: Mapping[str, Any] = attrs.field(factory=dict)
+    pyproject: Path | None = None
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -33,6 +43,104 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+# --- validation of [tool.tsmigrate] --------------------------------------------------------------
+
+Check = Callable[[str, Any], list[str]]
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}known: {', '.join(known)}"
+
+
+def _module_list(key: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(m, str) and m.strip() for m in value):
+        return [f"{key} must be a list of module or package paths, got {value!r}; "
+                'example: models = ["models"]']
+    if not value:
+        return [f"{key} is empty: name at least one module or package holding the models; "
+                'example: models = ["models"]']
+    return []
+
+
+def _path(key: str, value: Any) -> list[str]:
+    if not isinstance(value, str) or not value.strip():
+        return [f'{key} must be a directory path, got {value!r}; example: migrations = "migrations"']
+    return []
+
+
+def _lint(key: str, value: Any) -> list[str]:
+    from tsmigrate.lint import settings_problems  # the lint codes are known once the rules load
+
+    return settings_problems(key, value)
+
+
+TARGET_KEYS = ("endpoint", "instance", "table_ops_per_s")
+
+
+def _targets(key: str, value: Any) -> list[str]:
+    example = (f'    [{key}.prod]\n    endpoint = "https://myinstance.cn-hangzhou.ots.aliyuncs.com"\n'
+               '    instance = "myinstance"')
+    if not isinstance(value, dict):
+        return [f"[{key}] must hold one table per target, got {value!r}; example:\n{example}"]
+    problems = []
+    for name, spec in value.items():
+        where = f"{key}.{name}"
+        if not isinstance(spec, dict):
+            problems.append(f"[{where}] must be a table, got {spec!r}; example:\n{example}")
+            continue
+        problems += unknown_keys(where, spec, TARGET_KEYS)
+        for field in ("endpoint", "instance"):
+            if field in spec and (not isinstance(spec[field], str) or not spec[field]):
+                problems.append(f"{where}.{field} must be a non-empty string, got {spec[field]!r}")
+        rate = spec.get("table_ops_per_s", 0)
+        if not isinstance(rate, int) or isinstance(rate, bool) or rate < 0:
+            problems.append(
+                f"{where}.table_ops_per_s must be a whole number of table operations per second "
+                f"(0: no pacing), got {rate!r}; example: table_ops_per_s = 10"
+            )
+    return problems
+
+
+SECTIONS: dict[str, Check] = {
+    "models": _module_list,
+    "migrations": _path,
+    "lint": _lint,
+    "targets": _targets,
+}
+
+
+def unknown_keys(where: str, table: Mapping[str, Any], known: Sequence[str]) -> list[str]:
+    """A problem per key of ``table`` not in ``known``, with the closest known one."""
+    return [f"{where}: unknown key {key!r}; {did_you_mean(key, known)}"
+            for key in table if key not in known]
+
+
+def validate_settings(settings: Any, source: str = "[tool.tsmigrate]") -> None:
+    """Raise one ConfigError listing every problem of the ``[tool.tsmigrate]`` table."""
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{source}: [tool.tsmigrate] must be a table, got {settings!r}")
+    problems = unknown_keys("tool.tsmigrate", settings, tuple(SECTIONS))
+    for key, check in SECTIONS.items():
+        if key in settings:
+            problems += check(f"tool.tsmigrate.{key}", settings[key])
+    if problems:
+        count = len(problems)
+        lines = [f"{source}: {count} configuration problem{'s' if count != 1 else ''}:"]
+        lines += [f"  - {p}" for p in problems]
+        raise ConfigError("\n".join(lines))
+
+
+def read_pyproject(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+
+
 def load_project(start: Path | None = None, models: Sequence[str] = ()) -> Project:
     """Read the project around ``start`` (default: the working directory); ``models`` given on
     the command line replace the configured ones."""
@@ -41,28 +149,17 @@ def load_project(start: Path | None = None, models: Sequence[str] = ()) -> Proje
     settings: dict[str, Any] = {}
     root = start
     if pyproject is not None:
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{pyproject}: cannot read it: {exc}") from None
-        settings = data.get("tool", {}).get("tsmigrate", {})
-        if not isinstance(settings, dict):
-            raise ConfigError(f"{pyproject}: [tool.tsmigrate] must be a table")
+        tool = read_pyproject(pyproject).get("tool", {})
+        settings = tool.get("tsmigrate", {}) if isinstance(tool, dict) else {}
+        validate_settings(settings, str(pyproject))
         root = pyproject.parent
-    configured = settings.get("models", ["models"])
+    configured = settings.get("models", list(DEFAULT_MODELS))
     if isinstance(configured, str):
         configured = [configured]
-    if not isinstance(configured, list) or not all(isinstance(m, str) for m in configured):
-        raise ConfigError(
-            f"{pyproject}: [tool.tsmigrate] models must be a list of module paths, "
-            f"got {configured!r}"
-        )
-    migrations = settings.get("migrations", "migrations")
-    if not isinstance(migrations, str):
-        raise ConfigError(f"{pyproject}: [tool.tsmigrate] migrations must be a path")
     return Project(
         root=root,
         models=tuple(models) or tuple(configured),
-        migrations=migrations,
+        migrations=settings.get("migrations", DEFAULT_MIGRATIONS),
         settings=settings,
+        pyproject=pyproject,
     )

@@ -14,6 +14,8 @@ from tsmigrate.lint.core import (
     Finding,
     LintConfig,
     run_lint,
+    settings_problems,
 )
 
-__all__ = ["ERROR", "INFO", "RULES", "SEVERITIES", "WARNING", "Finding", "LintConfig", "run_lint"]
+__all__ = ["ERROR", "INFO", "RULES", "SEVERITIES", "WARNING", "Finding", "LintConfig", "run_lint",
+           "settings_problems"]

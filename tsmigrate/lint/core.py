@@ -91,6 +91,42 @@ def rule(code: str, severity: str, title: str) -> Callable[[Check], Check]:
     return register
 
 
+def settings_problems(key: str, settings: Any) -> list[str]:
+    """What is wrong with a ``[tool.tsmigrate.lint]`` table (``key`` names it in messages)."""
+    from tsmigrate.config import did_you_mean, unknown_keys
+
+    if not isinstance(settings, Mapping):
+        return [f"[{key}] must be a table, got {settings!r}; example:\n"
+                f'    [{key}]\n    severity = {{"TS-PK303" = "error"}}\n    disable = ["TS-PK305"]']
+    problems = unknown_keys(key, settings, ("severity", "disable"))
+    codes = sorted(RULES)
+    severity = settings.get("severity", {})
+    if not isinstance(severity, Mapping):
+        problems.append(
+            f"{key}.severity must be a table of lint code to severity, got {severity!r}; "
+            'example: severity = {"TS-PK303" = "error"}'
+        )
+        severity = {}
+    for code, level in severity.items():
+        if code not in RULES:
+            problems.append(f"{key}.severity: unknown lint code {code!r}; {did_you_mean(code, codes)}")
+        elif level not in SEVERITIES:
+            problems.append(
+                f"{key}.severity: {code} = {level!r} is not one of {', '.join(SEVERITIES)}; "
+                f'example: severity = {{"{code}" = "error"}}'
+            )
+    disable = settings.get("disable", [])
+    if not isinstance(disable, list) or not all(isinstance(c, str) for c in disable):
+        shown = f'["{disable}"]' if isinstance(disable, str) else '["TS-PK305"]'
+        problems.append(
+            f"{key}.disable must be a list of lint codes, got {disable!r}; example: disable = {shown}"
+        )
+    else:
+        problems += [f"{key}.disable: unknown lint code {code!r}; {did_you_mean(code, codes)}"
+                     for code in disable if code not in RULES]
+    return problems
+
+
 @attrs.frozen
 class LintConfig:
     """``[tool.tsmigrate.lint]``: ``severity = {"TS-PK303" = "error"}``, ``disable = [...]``."""
@@ -100,22 +136,11 @@ class LintConfig:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> LintConfig:
-        severity = dict(settings.get("severity", {}))
-        disable = settings.get("disable", [])
-        unknown = sorted((set(severity) | set(disable)) - set(RULES))
-        if unknown:
-            raise ConfigError(
-                f"[tool.tsmigrate.lint] names unknown lint codes: {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(RULES))})"
-            )
-        bad = {code: level for code, level in severity.items() if level not in SEVERITIES}
-        if bad:
-            raise ConfigError(
-                f"[tool.tsmigrate.lint] severity must be one of {', '.join(SEVERITIES)}: {bad}"
-            )
-        if not isinstance(disable, list):
-            raise ConfigError("[tool.tsmigrate.lint] disable must be a list of lint codes")
-        return cls(severity=severity, disable=frozenset(disable))
+        problems = settings_problems("tool.tsmigrate.lint", settings)
+        if problems:
+            raise ConfigError("[tool.tsmigrate.lint]: " + "; ".join(problems))
+        return cls(severity=dict(settings.get("severity", {})),
+                   disable=frozenset(settings.get("disable", [])))
 
 
 def _suppressed(finding: Finding, target: Catalog) -> bool:
