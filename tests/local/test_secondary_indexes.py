@@ -379,3 +379,14 @@ def test_values_an_index_key_cannot_hold_leave_the_row_out(ots_client: OTSClient
     ots_client.put_row("base", Row([("pk", "x"), ("n", 3)], [("a", "ok"), ("b", "2")]))  # `b` is INTEGER
     assert [pk for pk, _ in scan(ots_client, "by_a", index_pk("by_a"))] == [("ok", "x", 3)]
     assert [pk for pk, _ in scan(ots_client, "by_pk_b", index_pk("by_pk_b"))] == [("x", 1, 1), ("x", 2, 2)]
+
+
+def test_index_reads_of_attribute_columns_carry_the_index_key(ots_client: OTSClient) -> None:
+    create_base(ots_client)
+    ots_client.put_row("base", Row([("pk", "p"), ("n", 1)], [("a", "x"), ("c", 1.5)]))
+    key = [("a", "x"), ("pk", "p"), ("n", 1)]
+    _, row, _ = ots_client.get_row("by_a", key, ["c"], max_version=1)
+    assert row.primary_key == key and row.attribute_columns[0][:2] == ("c", 1.5)
+    start, end = [(n, INF_MIN) for n, _ in key], [(n, INF_MAX) for n, _ in key]
+    _, _, rows, _ = ots_client.get_range("by_a", "FORWARD", start, end, ["c"], max_version=1)
+    assert [r.primary_key for r in rows] == [key]

@@ -96,7 +96,60 @@ def test_columns_to_get(ots_client: OTSClient) -> None:
     _, row, _ = ots_client.get_row("t", [("k", "x"), ("n", 2)], ["a"], max_version=1)
     assert row is None  # none of the requested columns exists
     _, next_pk, rows, _ = ots_client.get_range("t", "FORWARD", *FULL, columns_to_get=["a"], max_version=1)
-    assert next_pk is None and [(r.primary_key, attrs(r)) for r in rows] == [([], {"a": 1})]
+    assert next_pk is None
+    assert [(r.primary_key, attrs(r)) for r in rows] == [([("k", "x"), ("n", 1)], {"a": 1})]
+
+
+def test_attribute_columns_to_get_return_the_whole_key(ots_client: OTSClient) -> None:
+    """As the service (and the Java SDK, which rejects a row without its key) expects: naming
+    only attribute columns still gives every row its full primary key, in every read API."""
+    make_table(ots_client)
+    pk = [("k", "x"), ("n", 1)]
+    ots_client.put_row("t", Row(pk, [("a", 1), ("b", 2)]))
+    _, row, _ = ots_client.get_row("t", pk, ["b"], max_version=1)
+    assert row.primary_key == pk and attrs(row) == {"b": 2}
+    request = BatchGetRowRequest()
+    request.add(TableInBatchGetRowItem("t", [pk, [("k", "x"), ("n", 9)]], ["a"], None, 1))
+    result = ots_client.batch_get_row(request).get_result_by_table("t")
+    assert result[0].row.primary_key == pk and attrs(result[0].row) == {"a": 1}
+    assert result[1].is_ok and result[1].row is None
+    _, _, rows, _ = ots_client.get_range("t", "FORWARD", *FULL, columns_to_get=["nope"], max_version=1)
+    assert rows == []
+
+
+def test_write_capacity_units_count_names_and_values(ots_client: OTSClient) -> None:
+    """The service meters the logical size (names plus values), not the encoding: a row of
+    4,090 bytes is one CU although its encoding is larger."""
+    make_table(ots_client, pk=[("PK0", "STRING")])
+    pk = [("PK0", "x")]  # 4 bytes
+    columns = [("col0", "X" * (4090 - 4 - 4))]  # 4 + 4082: 4,090 bytes with the key
+    cu, _ = ots_client.update_row("t", Row(pk, {"put": columns}), Condition("IGNORE"))
+    assert (cu.read, cu.write) == (0, 1)
+    cu, _ = ots_client.put_row("t", Row(pk, [("col0", "X" * 4082), ("c1", "VWXYZ")]))
+    assert (cu.read, cu.write) == (0, 2)  # 4,090 + 2 + 5 bytes: past 4 KB
+    cu, _, _ = ots_client.get_row("t", pk, max_version=1)
+    assert (cu.read, cu.write) == (2, 0)
+    cu, _, _ = ots_client.get_row("t", pk, ["c1"], max_version=1)
+    assert (cu.read, cu.write) == (1, 0)
+    cu, _, _ = ots_client.get_row("t", [("PK0", "missing")], max_version=1)
+    assert (cu.read, cu.write) == (1, 0)
+    # Integers and doubles are 8 bytes, booleans 1.
+    cu, _ = ots_client.put_row("t", Row(pk, [("i", 1), ("d", 1.5), ("b", True), ("s", "X" * 4064)]))
+    assert cu.write == 1  # 4 + 9 + 9 + 2 + 4065 = 4089
+
+
+def test_conditions_cost_one_read(ots_client: OTSClient) -> None:
+    make_table(ots_client)
+    pk = [("k", "x"), ("n", 1)]
+    cu, _ = ots_client.put_row("t", Row(pk, [("a", 1)]))
+    assert (cu.read, cu.write) == (0, 1)
+    cu, _ = ots_client.put_row("t", Row(pk, [("a", 2)]), EXIST)
+    assert (cu.read, cu.write) == (1, 1)
+    on_column = Condition("IGNORE", SingleColumnCondition("a", 2, ComparatorType.EQUAL))
+    cu, _ = ots_client.update_row("t", Row(pk, {"put": [("a", 3)]}), on_column)
+    assert (cu.read, cu.write) == (1, 1)
+    cu, _ = ots_client.delete_row("t", Row(pk), Condition("IGNORE"))
+    assert (cu.read, cu.write) == (0, 1)
 
 
 def test_row_existence_conditions(ots_client: OTSClient) -> None:

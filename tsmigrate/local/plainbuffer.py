@@ -71,6 +71,8 @@ __all__ = [
     "encode_row",
     "encode_value",
     "join_rows",
+    "logical_size",
+    "value_size",
 ]
 
 HEADER = b"\x75\x00\x00\x00"
@@ -556,3 +558,48 @@ def encode_primary_key(pk: Iterable[tuple[str, object]]) -> bytes:
     """HEADER + a PK-only row (next_start_primary_key, RT_PK return rows)."""
     pk_bytes, pk_crcs = encode_primary_key_cells(pk)
     return HEADER + assemble_row(pk_bytes, pk_crcs, ())
+
+
+_unpack_u32 = struct.Struct("<I").unpack_from
+
+
+def logical_size(rows: bytes) -> int:
+    """The size the service meters capacity units by: column names plus values (8 bytes for an
+    integer or double, 1 for a boolean, the bytes of a string or blob) of every cell in encoded
+    rows (no header). Only the structure is walked: the rows are our own encoding."""
+    size = 0
+    pos, end = 0, len(rows)
+    while pos < end:
+        tag = rows[pos]
+        if tag == TAG_CELL:
+            name_len = _unpack_u32(rows, pos + 2)[0]
+            size += name_len
+            pos += 6 + name_len
+            if rows[pos] == TAG_CELL_VALUE:
+                payload = _unpack_u32(rows, pos + 1)[0]
+                vtype = rows[pos + 5]
+                size += payload - 5 if vtype in (VT_STRING, VT_BLOB) else payload - 1
+                pos += 5 + payload
+            if rows[pos] == TAG_CELL_TYPE:
+                pos += 2
+            if rows[pos] == TAG_CELL_TIMESTAMP:
+                pos += 9
+            pos += 2  # TAG_CELL_CHECKSUM crc
+        elif tag == TAG_ROW_CHECKSUM:
+            pos += 2
+        else:  # TAG_ROW_PK, TAG_ROW_DATA, TAG_DELETE_ROW_MARKER
+            pos += 1
+    return size
+
+
+def value_size(value: object) -> int:
+    """The metered size of one value (see `logical_size`)."""
+    if type(value) is bool:
+        return 1
+    if isinstance(value, (int, float)):
+        return 8
+    if isinstance(value, str):
+        return len(value.encode("utf-8")) if not value.isascii() else len(value)
+    if value is None:
+        return 0
+    return len(value)  # type: ignore[arg-type]

@@ -44,6 +44,8 @@ from tsmigrate.local.plainbuffer import (
     encode_cell,
     encode_primary_key_cells,
     join_rows,
+    logical_size,
+    value_size,
 )
 from tsmigrate.local.rowdata import ReadSpec
 from tsmigrate.local.storage import Cells, StoredRow
@@ -306,7 +308,9 @@ class _Mutation:
         return new
 
     def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
-        read_cu = 1 if self.condition.row_existence != pb.IGNORE else 0
+        # A condition costs one read, whether on the row's existence or on its columns.
+        c = self.condition
+        read_cu = 1 if c.row_existence != pb.IGNORE or c.HasField("column_condition") else 0
         write_cu = _cu(size)
         kind = return_content.return_type  # RT_NONE when unset
         if kind == pb.RT_PK:
@@ -367,7 +371,7 @@ def put_one(
             _check_value(table, name, value)
         if ts != now_ms:
             _check_timestamp(table, name, ts, now_ms)
-        size += len(encoded)
+        size += len(name) + value_size(value)
         if name in cells:
             _add_version(cells, name, (ts, value, encoded, crc))
             cells[name] = cells[name][: table.max_versions]
@@ -379,7 +383,7 @@ def put_one(
     if mutation.hooks:
         change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
     new = mutation.write(cells, change)
-    return mutation.result(return_content, new, size + len(mutation.pk))
+    return mutation.result(return_content, new, size + logical_size(mutation.pk))
 
 
 def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
@@ -411,10 +415,10 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
     size = 0
     change = RowChange(pb.UPDATE, [])
     for cell in row.cells:
+        size += len(cell.name) + value_size(cell.value)
         if cell.op is None:
             ts = now_ms if cell.timestamp is None else cell.timestamp
             version = _version(cell.name, cell.value, ts)
-            size += len(version[2])
             _add_version(cells, cell.name, version)
             change.cells.append((cell.name, cell.value, None, ts))
         elif cell.op == OP_DELETE_ALL:
@@ -439,7 +443,6 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
             # back): an older version would hide under it and the step would be lost.
             ts = max(now_ms, current[0][0]) if current else now_ms
             version = _version(cell.name, total, ts)
-            size += len(version[2])
             _add_version(cells, cell.name, version)
             change.cells.append((cell.name, total, None, ts))
     for name, versions in cells.items():
@@ -451,7 +454,7 @@ def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
         new = None
         if old is not None:
             mutation.write(None, change)
-    return mutation.result(return_content, new, size + len(mutation.pk))
+    return mutation.result(return_content, new, size + logical_size(mutation.pk))
 
 
 def _check_update_cell(table: TableInfo, cell: Cell, now_ms: int) -> None:
@@ -488,7 +491,7 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
     mutation.check_condition()
     if not mutation.needs_old or mutation.old() is not None:
         mutation.write(None, RowChange(pb.DELETE, []))
-    return mutation.result(return_content, None, len(mutation.pk))
+    return mutation.result(return_content, None, logical_size(mutation.pk))
 
 
 # -- single-row APIs -----------------------------------------------------------------------------
@@ -547,8 +550,9 @@ def _read_spec(table: TableInfo, req: Any) -> ReadSpec:
         )
     pk_names = columns = None
     if names:
-        pks = set(table.pk_names)
-        pk_names = frozenset(n for n in names if n in pks)
+        pks = table.pk_name_set
+        # Rows carry their whole primary key unless columns_to_get picks key columns itself.
+        pk_names = frozenset(n for n in names if n in pks) or None
         columns = frozenset(n for n in names if n not in pks)
     return ReadSpec(
         pk_names=pk_names,
@@ -568,7 +572,8 @@ def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
         _, stored = _read_pk(ctx, table, req.primary_key)
         data = rowdata.read(table, stored, spec, ctx.now_ms) if stored is not None else None
     body = HEADER + data if data is not None else b""
-    return pb.GetRowResponse(consumed=_consumed(read=_cu(len(body))), row=body)
+    read_cu = _cu(logical_size(data)) if data is not None else 1
+    return pb.GetRowResponse(consumed=_consumed(read=read_cu), row=body)
 
 
 # -- GetRange ------------------------------------------------------------------------------------
@@ -596,6 +601,7 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
     storage = ctx.storage
     out: list[bytes] = []
     size = 0
+    metered = 0  # logical size, what read CU are counted by
     next_key: bytes | None = None
     with storage.lock:
         if spec.simple:
@@ -621,12 +627,13 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
                 break
             out.append(data)
             size += len(data)
+            metered += logical_size(data)
             if len(out) == limit:
                 if i + 1 < len(rows):
                     next_key = rows[i + 1][0]
                 break
         next_row = storage.get(table.table_id, next_key) if next_key is not None else None
-    resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(size)), rows=join_rows(out))
+    resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(metered)), rows=join_rows(out))
     if next_row is not None:
         resp.next_start_primary_key = rowdata.pk_row(next_row)
     return resp
@@ -663,7 +670,8 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
                 data = rowdata.read(table, stored, spec, now_ms) if stored is not None else None
                 body = HEADER + data if data is not None else b""
                 result.is_ok = True
-                result.consumed.CopyFrom(_consumed(read=_cu(len(body))))
+                read_cu = _cu(logical_size(data)) if data is not None else 1
+                result.consumed.CopyFrom(_consumed(read=read_cu))
                 result.row = body
     return resp
 
