@@ -19,7 +19,6 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import ops
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.pacing import Pacer, Unpaced
 from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import (
     GLOBAL,
@@ -56,7 +55,6 @@ _ANALYZER_PARAMETERS = {
     "fuzzy": md.FuzzyAnalyzerParameter,
 }
 INSPECT_WORKERS = 16
-UNPACED = Unpaced()
 
 
 class TargetError(TsmigrateError):
@@ -335,8 +333,7 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 # --- inspection ----------------------------------------------------------------------------------
 
 
-def inspect_table(client: ts.OTSClient, name: str, pacer: Pacer | Unpaced = UNPACED) -> Table:
-    pacer.acquire()
+def inspect_table(client: ts.OTSClient, name: str) -> Table:
     describe = RawClient(client).describe_table(name)
     search = []
     for _table, index_name in client.list_search_index(name):
@@ -352,14 +349,13 @@ def inspect(
     *,
     exclude: tuple[str, ...] = (),
     workers: int = INSPECT_WORKERS,
-    pacer: Pacer | Unpaced = UNPACED,
 ) -> Catalog:
-    """The live instance as IR. Describe calls run concurrently, table-level ones paced to the
-    instance's limit so that the service never has to throttle them."""
-    pacer.acquire()
+    """The live instance as IR. Describe calls run concurrently; a client made by
+    ``pacing.paced`` paces the table-level ones to the instance's limit, so that the service
+    never has to throttle them."""
     names = [n for n in client.list_table() if n not in exclude]
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
-        tables = list(pool.map(lambda name: inspect_table(client, name, pacer), names))
+        tables = list(pool.map(lambda name: inspect_table(client, name), names))
     return Catalog(tables=tables)
 
 

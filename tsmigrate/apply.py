@@ -21,7 +21,6 @@ import attrs
 
 from tsmigrate import adapter, ops
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.pacing import Pacer, Unpaced
 from tsmigrate.plan import PLAN_FORMAT, Plan, make_plan, with_known_derivations
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
@@ -88,10 +87,10 @@ class Outcome:
 Progress = Callable[[int, int, ops.Step], None]
 
 
-def live_catalog(client: Any, pacer: Pacer | Unpaced = adapter.UNPACED) -> Catalog:
+def live_catalog(client: Any) -> Catalog:
     """The live instance as IR (tsmigrate's own table left out), with the key derivations
     tsmigrate recorded when it last applied."""
-    live = adapter.inspect(client, exclude=(STATE_TABLE,), pacer=pacer)
+    live = adapter.inspect(client, exclude=(STATE_TABLE,))
     return with_known_derivations(live, State(client).applied_catalog())
 
 
@@ -105,7 +104,6 @@ def apply(
     prune: bool = False,
     confirm: Callable[[Plan], bool] = lambda plan: True,
     progress: Progress | None = None,
-    pacer: Pacer | Unpaced = adapter.UNPACED,
 ) -> Outcome:
     if document is not None:
         check_plan_document(document, target_identity, models)
@@ -113,7 +111,7 @@ def apply(
     state.ensure_table()
     note = state.acquire() or ""
     try:
-        live = live_catalog(client, pacer)
+        live = live_catalog(client)
         plan = make_plan(live, models, prune=prune)
         plan_id = plan.models_fingerprint[7:23]
         if document is not None:
@@ -154,7 +152,6 @@ def apply(
             state.renew()
             state.record(step, "started", plan_id=plan_id)
             try:
-                pacer.acquire()
                 adapter.execute(client, step)
                 predicted = ops.transform(predicted, step)
                 if not adapter.settle(client, step.table, predicted.table(step.table)):

@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 import attrs
+import tablestore as ts
 
 from tsmigrate import adapter
 from tsmigrate.errors import TsmigrateError
@@ -162,7 +163,12 @@ class State:
         adapter.put_row(self.client, STATE_TABLE, CATALOG_KEY, {"json": catalog.to_json(indent=None)})
 
     def applied_catalog(self) -> Catalog | None:
-        if STATE_TABLE not in self.client.list_table():
-            return None
-        row = adapter.get_row(self.client, STATE_TABLE, CATALOG_KEY)
+        # A GetRow, not a ListTable: row reads are not table-level operations, so they cost
+        # nothing of the instance's table-operation budget.
+        try:
+            row = adapter.get_row(self.client, STATE_TABLE, CATALOG_KEY)
+        except ts.OTSServiceError as exc:
+            if exc.code == "OTSObjectNotExist":  # never applied: no state table yet
+                return None
+            raise
         return Catalog.from_dict(json.loads(row["json"])) if row else None

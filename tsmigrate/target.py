@@ -22,7 +22,7 @@ import attrs
 
 from tsmigrate.config import Project
 from tsmigrate.errors import ConfigError
-from tsmigrate.pacing import Pacer, Unpaced
+from tsmigrate.pacing import paced
 
 LOCAL_DATA = Path(".tsmigrate") / "local"
 LOCAL_INSTANCE = "local"
@@ -36,9 +36,6 @@ class Target:
     name: str
     # Pace table-level calls to this many per second (None: no pacing, as for the local server).
     table_ops_per_s: int | None = SERVICE_TABLE_OPS_PER_S
-
-    def pacer(self) -> Pacer | Unpaced:
-        return Pacer(self.table_ops_per_s) if self.table_ops_per_s else Unpaced()
 
     @property
     def embedded(self) -> bool:
@@ -108,7 +105,8 @@ def credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str 
 
 @contextmanager
 def connect(project: Project, target: Target, **client_options: Any) -> Iterator[Any]:
-    """An OTSClient for the target; for the embedded instance, the server runs meanwhile."""
+    """An OTSClient for the target, its table-level calls paced to the target's limit; for the
+    embedded instance, the server runs meanwhile."""
     from tablestore import OTSClient
 
     if target.embedded:
@@ -117,7 +115,8 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
         data_dir = project.root / LOCAL_DATA
         data_dir.mkdir(parents=True, exist_ok=True)
         with local_tablestore(memory=False, data_dir=str(data_dir), instance=target.instance) as ots:
-            yield ots.client(**client_options)
+            yield paced(ots.client(**client_options), target.table_ops_per_s)
         return
     key_id, secret, token = credentials()
-    yield OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
+    client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
+    yield paced(client, target.table_ops_per_s)

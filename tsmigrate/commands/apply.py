@@ -69,7 +69,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
             outcome = apply(client, catalog, target_identity=target.identity, document=document,
                             allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                            progress=progress, pacer=target.pacer())
+                            progress=progress)
     if outcome.note:
         console.print(f"[dim]{outcome.note}[/]")
     if outcome.executed:

@@ -91,4 +91,4 @@ def inspect_target(project, target_name, endpoint, instance):
 
     target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
-        return target, live_catalog(client, target.pacer())
+        return target, live_catalog(client)

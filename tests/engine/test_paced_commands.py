@@ -1,0 +1,76 @@
+"""plan, apply and inspect against a server that allows 10 table operations per second, run as
+the user runs them, with the SDK's retries off: a single throttled call fails the command instead
+of hiding behind a retry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TABLES = 12  # more than the limit: ListTable + 12 DescribeTable cannot fit one second unpaced
+
+# The CLI exactly as installed, except that every OTSClient it makes has the SDK's retries off.
+NO_RETRY_CLI = """
+import sys
+import tablestore
+from tablestore.retry import NoRetryPolicy
+make = tablestore.OTSClient.__init__
+def no_retry(self, *args, **kwargs):
+    kwargs["retry_policy"] = NoRetryPolicy()
+    make(self, *args, **kwargs)
+tablestore.OTSClient.__init__ = no_retry
+from tsmigrate.cli import main
+sys.argv[0] = "tsmigrate"
+main()
+"""
+
+
+def _project(root: Path) -> Path:
+    (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    body = ["from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex", ""]
+    for i in range(TABLES):
+        body += [
+            f"class T{i}(Model, table='t{i}'):",
+            "    user_id = PrimaryKey(str)",
+            "    status = Column(str, defined=True)",
+            f"    t{i}_by_status = GlobalIndex(keys=['status'])",
+            "    search = SearchIndex(fields=[SearchField('status', 'keyword')])",
+            "",
+        ]
+    (root / "app_models.py").write_text("\n".join(body))
+    return root
+
+
+def test_plan_apply_inspect_stay_within_the_table_operation_limit(
+    tmp_path: Path, ots_instance, ots_server_options
+):
+    ots_server_options.table_ops_per_s = 10
+    project = _project(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
+    environ.update(ALIBABA_CLOUD_ACCESS_KEY_ID=ots_instance.access_key_id,
+                   ALIBABA_CLOUD_ACCESS_KEY_SECRET=ots_instance.access_key_secret)
+    target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        # Each command paces its own calls; the one before may have used the last second's budget.
+        time.sleep(1.1)
+        done = subprocess.run([sys.executable, "-c", NO_RETRY_CLI, *args, *target], cwd=project,
+                              text=True, capture_output=True, timeout=300, env=environ,
+                              stdin=subprocess.DEVNULL)
+        assert "Too frequent table operations" not in done.stdout + done.stderr
+        return done
+
+    applied = run("apply", "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"Applied {2 * TABLES} step(s)." in applied.stdout
+    planned = run("plan", "--detailed-exitcode")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "No changes." in planned.stdout
+    inspected = run("inspect", "--format", "json")
+    assert inspected.returncode == 0, inspected.stderr
+    tables = json.loads(inspected.stdout)["tables"]
+    assert sorted(t["name"] for t in tables) == sorted(f"t{i}" for i in range(TABLES))
