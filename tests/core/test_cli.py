@@ -210,7 +210,7 @@ def test_a_bad_configuration(runner: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.tsmigrate]\nmodels = 5\n", encoding="utf-8")
     result = invoke(runner, "validate", "--project", str(tmp_path))
     assert_clean_failure(result)
-    assert "[tool.tsmigrate] models must be a list of module paths" in result.stderr
+    assert "tool.tsmigrate.models must be a list of module or package paths, got 5" in result.stderr
 
     (tmp_path / "pyproject.toml").write_text("[tool.tsmigrate\n", encoding="utf-8")
     result = invoke(runner, "validate", "--project", str(tmp_path))
