@@ -63,6 +63,7 @@ class TableInfo:
     shard_splits: list[bytes] = field(default_factory=list)
     indexes: list[IndexInfo] = field(default_factory=list)
     creation_time: int = 0  # microseconds
+    local_txn: bool | None = None  # CreateTable's enable_local_txn; None: the server's default
 
     @cached_property
     def pk_names(self) -> list[str]:

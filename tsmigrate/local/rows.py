@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import fastrow, keycodec, rowdata
+from tsmigrate.local import fastrow, keycodec, rowdata, transactions
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
 from tsmigrate.local.indexes import readable_table, writable_table
@@ -138,6 +138,9 @@ def check_pk(
 def _read_pk(ctx: Context, table: TableInfo, data: bytes) -> tuple[bytes, StoredRow | None]:
     values = check_pk(table, decode_primary_key(data))
     key = keycodec.encode_key(values)
+    if ctx.txn is not None:
+        ctx.txn.check_row(table, values[0])
+        return key, ctx.txn.row(ctx.storage.get, key)
     return key, ctx.storage.get(table.table_id, key)
 
 
@@ -247,6 +250,10 @@ class _Mutation:
                 for v in values
             ]
             encoded_pk = None
+        if ctx.txn is not None:
+            ctx.txn.check_row(table, values[0])
+        else:
+            ctx.server.transactions.check_write(ctx, table, values[0])
         self.pk_values = tuple(values)
         self.key = keycodec.encode_key(values)
         if encoded_pk is None:
@@ -269,7 +276,12 @@ class _Mutation:
 
     def old(self) -> StoredRow | None:
         if not self._loaded:
-            self._old = None if self.auto else self.ctx.storage.get(self.table.table_id, self.key)
+            if self.auto:
+                self._old = None
+            elif self.ctx.txn is not None:
+                self._old = self.ctx.txn.row(self.ctx.storage.get, self.key)
+            else:
+                self._old = self.ctx.storage.get(self.table.table_id, self.key)
             self._loaded = True
         return self._old
 
@@ -293,6 +305,13 @@ class _Mutation:
         `change` as `ctx.row_change`."""
         storage = self.ctx.storage
         new = None
+        txn = self.ctx.txn
+        if txn is not None:  # held back until commit, which runs the hooks
+            if cells is not None:
+                new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells)
+            txn.rows[self.key] = new
+            txn.writes.append((self.table, self.key, new, change))
+            return new
         # Hooks get the row as it was: load it before it is overwritten.
         old = self.old() if self.hooks else None
         if cells is None:
@@ -380,7 +399,7 @@ def put_one(
     mutation = _Mutation(ctx, table, pk, condition, encoded_pk)
     mutation.check_condition()
     change = None
-    if mutation.hooks:
+    if mutation.hooks or ctx.txn is not None:
         change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
     new = mutation.write(cells, change)
     return mutation.result(return_content, new, size + logical_size(mutation.pk))
@@ -499,6 +518,7 @@ def delete_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition
 
 def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
     table = writable_table(ctx, req.table_name)
+    transactions.bind(ctx, req)
     row = decode_put_row(ctx, req.row)
     with ctx.storage.transaction():
         result = put_one(ctx, table, row, req.condition, req.return_content)
@@ -507,6 +527,7 @@ def put_row(ctx: Context, req: pb.PutRowRequest) -> pb.PutRowResponse:
 
 def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
     table = writable_table(ctx, req.table_name)
+    transactions.bind(ctx, req)
     row = decode_row(req.row_change)
     with ctx.storage.transaction():
         result = update_one(ctx, table, row, req.condition, req.return_content)
@@ -515,6 +536,7 @@ def update_row(ctx: Context, req: pb.UpdateRowRequest) -> pb.UpdateRowResponse:
 
 def delete_row(ctx: Context, req: pb.DeleteRowRequest) -> pb.DeleteRowResponse:
     table = writable_table(ctx, req.table_name)
+    transactions.bind(ctx, req)
     row = decode_row(req.primary_key)
     with ctx.storage.transaction():
         result = delete_one(ctx, table, row, req.condition, req.return_content)
@@ -568,6 +590,7 @@ def _read_spec(table: TableInfo, req: Any) -> ReadSpec:
 def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
     table = readable_table(ctx, req.table_name)
     spec = _read_spec(table, req)
+    transactions.bind(ctx, req)
     with ctx.storage.lock:
         _, stored = _read_pk(ctx, table, req.primary_key)
         data = rowdata.read(table, stored, spec, ctx.now_ms) if stored is not None else None
@@ -592,6 +615,10 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
         raise invalid("Begin key must more than end key in BACKWARD")
     if req.HasField("limit") and req.limit <= 0:
         raise invalid("The limit must be greater than 0.")
+    transactions.bind(ctx, req)
+    if ctx.txn is not None:
+        ctx.txn.check_row(table, start[0])
+        ctx.txn.check_row(table, end[0])
     limit = min(req.limit, PAGE_ROWS) if req.HasField("limit") else PAGE_ROWS
     # Without a filter every scanned row is returned (bar expired ones), so read no more than
     # the page needs; with one, scan a full page and let the filter thin it out. One row more
@@ -604,17 +631,20 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
     metered = 0  # logical size, what read CU are counted by
     next_key: bytes | None = None
     with storage.lock:
-        if spec.simple:
-            rows: list[Any] = storage.scan_latest(table.table_id, start_key, end_key, forward, budget + 1)
+        if ctx.txn is not None:
+            rows: list[Any] = _scan_in_transaction(ctx, table, start_key, end_key, forward, budget + 1)
+        elif spec.simple:
+            rows = storage.scan_latest(table.table_id, start_key, end_key, forward, budget + 1)
         else:
             rows = storage.scan(table.table_id, start_key, end_key, forward, budget + 1)
         cutoff = rowdata.ttl_cutoff(table, now_ms)
         read = rowdata.read
+        simple = spec.simple and ctx.txn is None
         for i, row in enumerate(rows):
             if i == budget:
                 next_key = row[0]
                 break
-            if not spec.simple:
+            if not simple:
                 data = read(table, row, spec, now_ms)
             elif cutoff is None or row[2] is None or row[2] >= cutoff:
                 data = row[1]  # the stored encoding of the newest versions is the answer
@@ -632,11 +662,33 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
                 if i + 1 < len(rows):
                     next_key = rows[i + 1][0]
                 break
-        next_row = storage.get(table.table_id, next_key) if next_key is not None else None
+        next_row = None
+        if next_key is not None and ctx.txn is not None:  # an uncommitted row is not in storage
+            next_row = next(r for r in rows if r[0] == next_key)
+        elif next_key is not None:
+            next_row = storage.get(table.table_id, next_key)
     resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(metered)), rows=join_rows(out))
     if next_row is not None:
         resp.next_start_primary_key = rowdata.pk_row(next_row)
     return resp
+
+
+def _scan_in_transaction(
+    ctx: Context, table: TableInfo, start: bytes, end: bytes, forward: bool, limit: int
+) -> list[StoredRow]:
+    """Like `Storage.scan`, with the transaction's own writes in place of the committed rows."""
+    txn = ctx.txn
+    assert txn is not None
+    fetch = limit + len(txn.rows)
+    committed = ctx.storage.scan(table.table_id, start, end, forward, fetch)
+    merged: dict[bytes, StoredRow | None] = {row.key: row for row in committed}
+    last = committed[-1].key if len(committed) == fetch else None  # scanned no further than this
+    for key, row in txn.rows.items():
+        inside = start <= key < end if forward else end < key <= start
+        if inside and (last is None or (key <= last if forward else key >= last)):
+            merged[key] = row
+    keys = sorted(merged, reverse=not forward)
+    return [row for key in keys if (row := merged[key]) is not None][:limit]
 
 
 # -- batches -------------------------------------------------------------------------------------
@@ -712,6 +764,7 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
             for r in item.rows
         ]
         plan.append((item, table, decoded))
+    transactions.bind(ctx, req)
     faults = ctx.server.options.faults
     # Rows write with one statement each, so only mutation hooks need per-row savepoints.
     tables = []

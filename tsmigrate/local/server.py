@@ -16,7 +16,16 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import columns, indexes, rows, searchapi, splits, streams, tables
+from tsmigrate.local import (
+    columns,
+    indexes,
+    rows,
+    searchapi,
+    splits,
+    streams,
+    tables,
+    transactions,
+)
 from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
 from tsmigrate.local.errors import OTSError, auth_failed, invalid
 from tsmigrate.local.faults import FaultPlan
@@ -45,7 +54,7 @@ HookScope = Callable[[TableInfo], bool]
 
 HANDLERS: dict[str, tuple[type[Message], Handler]] = {
     **tables.HANDLERS, **rows.HANDLERS, **streams.HANDLERS, **splits.HANDLERS, **columns.HANDLERS,
-    **searchapi.HANDLERS, **indexes.HANDLERS,
+    **searchapi.HANDLERS, **indexes.HANDLERS, **transactions.HANDLERS,
 }
 
 
@@ -60,6 +69,8 @@ class Context:
     now_ms: int = field(init=False)  # the same instant in ms: the server's cell timestamp
     # The write being applied, in the request's terms, while mutation hooks run (streams log it).
     row_change: rows.RowChange | None = field(default=None, init=False)
+    # The local transaction the request runs in (its `transaction_id`), if any.
+    txn: transactions.Transaction | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.now_ms = int(self.now * 1000)
@@ -83,6 +94,8 @@ class ServerOptions:
     search_splits_size: int = 1  # ComputeSplits' splits_size (read when the server starts)
     # Global secondary indexes trail their table by this long (server clock); 0: synchronous.
     global_index_lag_ms: int = 0
+    # Whether tables created without CreateTable's enable_local_txn allow local transactions.
+    local_transactions_default: bool = True
 
 
 class LocalServer:
@@ -98,6 +111,7 @@ class LocalServer:
         self.options = options or ServerOptions()
         self.storage = Storage(data_dir)
         self.scan_sessions = ScanSessions(self.options.search_splits_size)
+        self.transactions = transactions.Transactions()
         self.mutation_hooks: list[MutationHook] = []  # run for writes to every table
         self._table_hooks: list[tuple[HookScope, MutationHook]] = []
         # The clock of data (cell timestamps, TTL, versions): `clock() + clock_offset` seconds.

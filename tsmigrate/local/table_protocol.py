@@ -10,6 +10,8 @@ Defined here (the Python SDK has no such messages; field numbers from the Java S
     AddDefinedColumnResponse    {}
     DeleteDefinedColumnRequest  {table_name = 1 (string), columns = 2 (repeated string)}
     DeleteDefinedColumnResponse {}
+    CreateTableLocalTxn         {enable_local_txn = 8 (bool)}: the CreateTableRequest field the
+                                Python SDK lacks, parsed from the same request bytes
 
     API names (the `/Name` of the request path): "AddDefinedColumn", "DeleteDefinedColumn".
 
@@ -56,12 +58,17 @@ _classes = build_messages(
             ("columns", 2, F.LABEL_REPEATED, F.TYPE_STRING, ""),
         ]),
         ("DeleteDefinedColumnResponse", []),
+        # CreateTableRequest's field the Python SDK lacks, read from the same bytes.
+        ("CreateTableLocalTxn", [
+            ("enable_local_txn", 8, F.LABEL_OPTIONAL, F.TYPE_BOOL, ""),
+        ]),
     ],
 )
 AddDefinedColumnRequest: Any = _classes["AddDefinedColumnRequest"]
 AddDefinedColumnResponse: Any = _classes["AddDefinedColumnResponse"]
 DeleteDefinedColumnRequest: Any = _classes["DeleteDefinedColumnRequest"]
 DeleteDefinedColumnResponse: Any = _classes["DeleteDefinedColumnResponse"]
+CreateTableLocalTxn: Any = _classes["CreateTableLocalTxn"]
 
 DefinedColumnSchema = pb.DefinedColumnSchema
 UpdateTableRequest = pb.UpdateTableRequest

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import keycodec, streams
+from tsmigrate.local import keycodec, streams, table_protocol
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import IndexInfo, PKColumn, TableInfo
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
@@ -98,6 +98,11 @@ def create_table(ctx: Context, req: pb.CreateTableRequest) -> pb.CreateTableResp
     for index_meta in req.index_metas:
         info.indexes.append(_check_index(info, index_meta))
     _check_index_base_options(info)
+    txn = table_protocol.CreateTableLocalTxn.FromString(req.SerializeToString())
+    if txn.HasField("enable_local_txn"):
+        if txn.enable_local_txn and any(c.auto_increment for c in primary_key):
+            raise invalid("Local transaction can't be enabled on a table with an auto-increment primary key.")
+        info.local_txn = txn.enable_local_txn
     index_names = [i.name for i in info.indexes]
     if len(set(index_names)) != len(index_names) or name in index_names:
         raise invalid("Duplicated index name in the request.")
