@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tablestore import metadata as md
-from tablestore.aggregation import Count
 from tablestore.decoder import OTSProtoBufferDecoder
 from tablestore.encoder import OTSProtoBufferEncoder
 from tablestore.protobuf import search_pb2 as spb
@@ -251,11 +250,6 @@ def test_queries_match_what_the_service_would(query: md.Query, expected: list[in
 def test_bad_queries_are_refused(query: md.Query, message: str) -> None:
     exc = error(search, query, DOCS)
     assert (exc.code, message in exc.message) == ("OTSParameterInvalid", True)
-
-
-def test_aggregations_are_refused_rather_than_ignored() -> None:
-    exc = error(search, md.MatchAllQuery(), DOCS, aggs=[Count("n", name="c")])
-    assert "aggs is not supported" in exc.message
 
 
 long_values = st.one_of(st.integers(-50, 50), st.none(), st.just("7"), st.floats(-50, 50))

@@ -31,7 +31,7 @@ should + minimum_should_match, ES semantics), const_score, function_score (score
 dis_max. Term-level queries on TEXT compare single tokens, unanalysed. A query on a field not in
 the schema, or not indexed, is an error, as is a query value of the wrong type (ints and floats
 are interchangeable on numeric fields). NESTED, geo, KNN and other queries are refused as
-unsupported, as are aggregations, group_bys, collapse and highlight.
+unsupported, as are collapse and highlight. Aggregations and group-bys: search_aggs.py.
 
 Sorting: FieldSort (asc/desc, mode MIN/MAX/AVG for arrays; default MIN asc / MAX desc; missing
 values last either way), PrimaryKeySort, DocSort (= PK order), ScoreSort (every score is the
@@ -67,6 +67,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import search_pb2 as spb
 
+from tsmigrate.local import search_aggs
 from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.plainbuffer import (
     INF_MAX,
@@ -614,7 +615,7 @@ def _pk_tuple(doc: Document) -> tuple[Any, ...]:
 def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                documents: Iterable[Document]) -> spb.SearchResponse:
     query = _parse(spb.SearchQuery, request.search_query, "search_query")
-    for name in ("aggs", "group_bys", "collapse", "highlight"):
+    for name in ("collapse", "highlight"):
         if query.HasField(name):
             raise _unsupported(f"SearchQuery.{name}")
     ctg = request.columns_to_get if request.HasField("columns_to_get") else None
@@ -646,11 +647,13 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     predicate = _compile(schema, query.query)
     pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
     hits: list[tuple[tuple[Any, ...], Document]] = []
+    matched: list[_Doc] = []
     for doc in documents:
         d = _Doc(doc, pk_pos)
         if predicate(d):
             pk = _pk_tuple(doc)
             hits.append((tuple(k.value(d, pk) for k in keys), doc))
+            matched.append(d)
     _order(hits, keys)
     start = 0
     if after is not None:
@@ -670,12 +673,33 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     response = spb.SearchResponse()
     response.total_hits = len(hits) if query.get_total_count else -1
     response.is_all_succeed = True
+    if query.HasField("aggs") or query.HasField("group_bys"):
+        tools = _agg_tools(schema, columns_for)
+        if query.HasField("aggs"):
+            response.aggs = search_aggs.run_aggs(tools, query.aggs, matched).SerializeToString()
+        if query.HasField("group_bys"):
+            groups = search_aggs.run_group_bys(tools, query.group_bys, matched)
+            response.group_bys = groups.SerializeToString()
     for _, doc in page:
         response.rows.append(_encode_doc(doc, columns_for(doc[1])))
     if page and first + limit < len(hits):
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})
     return response
+
+
+def _agg_tools(schema: IndexSchemaInfo,
+               columns_for: Callable[[Mapping[str, object]], list[str]]) -> search_aggs.Tools:
+    """What aggregations need of the engine: field values, queries and top rows."""
+
+    def top_rows(docs: list[_Doc], limit: int, sort: spb.Sort | None) -> list[bytes]:
+        keys = _sort_keys(schema, sort)
+        ranked = [(tuple(k.value(d, _pk_tuple(d.doc)) for k in keys), d.doc) for d in docs]
+        _order(ranked, keys)
+        return [_encode_doc(doc, columns_for(doc[1])) for _, doc in ranked[:limit]]
+
+    return search_aggs.Tools(schema, lambda d, field: d.values(field),
+                             lambda q: _compile(schema, q), top_rows)
 
 
 def _token_sort_keys(schema: IndexSchemaInfo, spec: list[Any]) -> list[_SortKey]:
