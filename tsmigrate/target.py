@@ -7,12 +7,15 @@ In order of precedence: ``--endpoint URL --instance NAME``; ``--target NAME`` (a
 ``ALIBABA_CLOUD_SECURITY_TOKEN``), never from files or flags, and are never printed.
 
 With nothing configured, the target is the embedded local instance: a local Tablestore-compatible
-server started in this process over the data kept under ``.tsmigrate/local`` in the project.
+server started in this process over the data kept under ``.tsmigrate/local`` in the project, or,
+when a ``tsmigrate local serve`` already runs on that directory, that server (the data is opened
+by one process only; another command's embedded instance is waited for).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,13 +113,56 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
     from tablestore import OTSClient
 
     if target.embedded:
-        from tsmigrate.local.testing import local_tablestore
+        from tsmigrate.local.embedded import WAIT_S, embedded_instance
+        from tsmigrate.local.ownership import DataDirInUse
+        from tsmigrate.local.testing import LocalTablestore
 
         data_dir = project.root / LOCAL_DATA
         data_dir.mkdir(parents=True, exist_ok=True)
-        with local_tablestore(memory=False, data_dir=str(data_dir), instance=target.instance) as ots:
-            yield paced(ots.client(**client_options), target.table_ops_per_s)
+        try:
+            with embedded_instance(str(data_dir), target.instance, on_wait=_say_waiting) as found:
+                if isinstance(found, LocalTablestore):
+                    client = found.client(**client_options)
+                else:
+                    client = _running_server_client(found, target.instance, client_options)
+                yield paced(client, target.table_ops_per_s)
+        except DataDirInUse as e:
+            raise ConfigError(f"{e} (gave up after waiting {WAIT_S:.0f} s)") from None
         return
     key_id, secret, token = credentials()
     client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
     yield paced(client, target.table_ops_per_s)
+
+
+def _say_waiting(holder: Any) -> None:
+    who = holder.describe() if holder is not None else "another process"
+    print(f"waiting for {who} to release {LOCAL_DATA}", file=sys.stderr, flush=True)
+
+
+def _running_server_client(holder: Any, instance: str, client_options: dict[str, Any]) -> Any:
+    """A client of the local server already running on the embedded instance's data (`holder`
+    is its `ownership.Holder`): the data is opened by one process only."""
+    from tablestore import OTSClient
+
+    from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+
+    where = f"the local server running on {LOCAL_DATA} ({holder.describe()})"
+    if not holder.serves(instance):
+        served = ", ".join(holder.instances)
+        raise ConfigError(
+            f"{where} serves instance(s) {served}, not {instance!r}: restart it with "
+            f"--instance {instance} (or --any-instance), or stop it"
+        )
+    if holder.default_secret and holder.access_key_id == DEFAULT_ACCESS_KEY_ID:
+        key_id, secret, token = DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, None
+    else:
+        try:
+            key_id, secret, token = credentials()
+        except ConfigError:
+            key_id = secret = ""
+        if key_id != holder.access_key_id:
+            raise ConfigError(
+                f"{where} uses its own access key ({holder.access_key_id!r}): set "
+                "ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET to it, or stop it"
+            )
+    return OTSClient(holder.endpoint, key_id, secret, instance, sts_token=token, **client_options)

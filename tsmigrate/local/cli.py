@@ -74,6 +74,7 @@ def serve(
     logging.getLogger("tablestore").addHandler(logging.NullHandler())
     from tsmigrate.local.auth import Credentials
     from tsmigrate.local.faults import FaultPlan
+    from tsmigrate.local.ownership import SERVE_ROLE, DataDirInUse
     from tsmigrate.local.server import LocalServer, ServerOptions
 
     if data_dir and memory:
@@ -93,7 +94,11 @@ def serve(
     tokens = {sts_token: access_key_id} if sts_token else {}
     credentials = Credentials({access_key_id: access_key_secret}, tokens)
     try:
-        server = LocalServer(credentials, data_dir=data_dir, options=options, host=host, port=port)
+        server = LocalServer(
+            credentials, data_dir=data_dir, options=options, host=host, port=port, role=SERVE_ROLE
+        )
+    except DataDirInUse as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
     stop = threading.Event()

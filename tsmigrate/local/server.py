@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 import uuid
@@ -26,11 +27,19 @@ from tsmigrate.local import (
     tables,
     transactions,
 )
-from tsmigrate.local.auth import Caller, Credentials, content_md5, sign_response, verify_request
+from tsmigrate.local.auth import (
+    DEFAULT_ACCESS_KEY_SECRET,
+    Caller,
+    Credentials,
+    content_md5,
+    sign_response,
+    verify_request,
+)
 from tsmigrate.local.errors import OTSError, auth_failed, invalid
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
+from tsmigrate.local.ownership import Holder, Ownership
 from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
 from tsmigrate.local.storage import Storage, StoredRow
@@ -106,10 +115,25 @@ class LocalServer:
         options: ServerOptions | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        role: str = "local server",
     ) -> None:
+        """`role` says who this is in the note a data directory's owner publishes (a second
+        process on the directory is refused with it, or talks to this server)."""
         self.credentials = credentials
         self.options = options or ServerOptions()
-        self.storage = Storage(data_dir)
+        # Taken first and held until close(): raises DataDirInUse when a live server has it.
+        self._ownership = Ownership.acquire(data_dir) if data_dir is not None else None
+        try:
+            self._http = HTTPServer(host, port, self.handle, MAX_BODY)
+            try:
+                self.storage = Storage(data_dir)
+            except BaseException:
+                self._http.close()
+                raise
+        except BaseException:
+            if self._ownership is not None:
+                self._ownership.release()
+            raise
         self.scan_sessions = ScanSessions(self.options.search_splits_size)
         self.transactions = transactions.Transactions()
         self.mutation_hooks: list[MutationHook] = []  # run for writes to every table
@@ -120,13 +144,32 @@ class LocalServer:
         self.clock_offset = 0.0
         self._table_ops: dict[str, collections.deque[float]] = {}
         self._rate_lock = threading.Lock()
-        self._http = HTTPServer(host, port, self.handle, MAX_BODY)
         streams.install(self)
         self.add_table_hook(indexes.maintained, indexes.on_mutation)
+        if self._ownership is not None:
+            self._ownership.publish(self._holder(role))
+
+    def _holder(self, role: str) -> Holder:
+        key_id, secret = next(iter(self.credentials.keys.items()), ("", ""))
+        return Holder(
+            pid=os.getpid(),
+            role=role,
+            endpoint=self.local_endpoint,
+            instances=tuple(sorted(self.options.instances)),
+            any_instance=self.options.allow_any_instance,
+            access_key_id=key_id,
+            default_secret=secret == DEFAULT_ACCESS_KEY_SECRET,
+        )
 
     @property
     def endpoint(self) -> str:
         return f"http://{self._http.host}:{self._http.port}"
+
+    @property
+    def local_endpoint(self) -> str:
+        """The endpoint for clients on this machine (a wildcard bind is reached on loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self._http.host, self._http.host)
+        return f"http://{host}:{self._http.port}" if ":" not in host else f"http://[{host}]:{self._http.port}"
 
     def start(self) -> LocalServer:
         self._http.start()
@@ -135,6 +178,8 @@ class LocalServer:
     def close(self) -> None:
         self._http.close()
         self.storage.close()
+        if self._ownership is not None:
+            self._ownership.release()
 
     def now(self) -> float:
         return self.clock() + self.clock_offset

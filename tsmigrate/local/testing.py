@@ -73,8 +73,11 @@ def local_tablestore(
     cu_adjust_interval_s: float = 120.0,
     host: str = "127.0.0.1",
     port: int = 0,
+    role: str = "local server",
 ) -> Iterator[LocalTablestore]:
-    """Start a server in this process (in memory unless `data_dir` is given); stop it on exit."""
+    """Start a server in this process (in memory unless `data_dir` is given); stop it on exit.
+
+    A data directory has one owner: `ownership.DataDirInUse` when a live server holds it."""
     if data_dir is None and not memory:
         raise ValueError("pass data_dir=... for a durable server, or memory=True")
     options = ServerOptions(
@@ -85,7 +88,9 @@ def local_tablestore(
         instances={instance},
     )
     credentials = Credentials({access_key_id: access_key_secret}, dict(sts_tokens or {}))
-    server = LocalServer(credentials, data_dir=data_dir, options=options, host=host, port=port)
+    server = LocalServer(
+        credentials, data_dir=data_dir, options=options, host=host, port=port, role=role
+    )
     server.start()
     try:
         yield LocalTablestore(server, instance, access_key_id, access_key_secret)
