@@ -79,9 +79,11 @@ def canonical_headers(headers: Mapping[str, str]) -> str:
 
 
 def verify_request(
-    uri: str, query: str, headers: Mapping[str, str], body: bytes, creds: Credentials, now: float
+    uri: str, query: str, headers: Mapping[str, str], body: bytes | None, creds: Credentials, now: float
 ) -> Caller:
-    """Check a request's headers and signature; `headers` has lower-case names."""
+    """Check a request's headers and signature; `headers` has lower-case names. With `body` None
+    (not read yet) everything but the content MD5 is checked: the signature covers the headers
+    only, so a request can be authenticated before its body is read."""
     for name in _REQUIRED:
         if name not in headers:
             raise invalid(f"Missing header: {name}.")
@@ -99,7 +101,7 @@ def verify_request(
     token = headers.get("x-ots-ststoken")
     if token is not None and creds.sts_tokens.get(token) != akid:
         raise auth_failed("The security token you provided is invalid.")
-    if headers["x-ots-contentmd5"] != content_md5(body):
+    if body is not None and headers["x-ots-contentmd5"] != content_md5(body):
         raise auth_failed(
             "Mismatch between MD5 value of request body and x-ots-contentmd5 in header."
         )

@@ -43,7 +43,7 @@ from tsmigrate.local.ownership import Holder, Ownership
 from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
 from tsmigrate.local.storage import Storage, StoredRow
-from tsmigrate.local.transport import HTTPServer, Request, Response
+from tsmigrate.local.transport import HTTPServer, Limits, Request, Response
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class LocalServer:
         # Taken first and held until close(): raises DataDirInUse when a live server has it.
         self._ownership = Ownership.acquire(data_dir) if data_dir is not None else None
         try:
-            self._http = HTTPServer(host, port, self.handle, MAX_BODY)
+            self._http = HTTPServer(host, port, self.handle, MAX_BODY, self.precheck)
             try:
                 self.storage = Storage(data_dir)
             except BaseException:
@@ -171,6 +171,11 @@ class LocalServer:
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self._http.host, self._http.host)
         return f"http://{host}:{self._http.port}" if ":" not in host else f"http://[{host}]:{self._http.port}"
 
+    @property
+    def limits(self) -> Limits:
+        """What one client may cost (connections, timeouts); change them while it runs."""
+        return self._http.limits
+
     def start(self) -> LocalServer:
         self._http.start()
         return self
@@ -202,28 +207,27 @@ class LocalServer:
 
     # -- request handling ------------------------------------------------------------------------
 
-    def handle(self, req: Request) -> Response:
-        start = time.monotonic()
-        uri, _, query = req.path.partition("?")
-        api = uri.rsplit("/", 1)[-1]
+    def precheck(self, req: Request) -> Response | None:
+        """What the headers alone decide, asked by the transport before it reads a large body:
+        an answer refuses the request unread, None lets the body be read."""
+        api, query = _api_and_query(req.path)
         caller: Caller | None = None
         try:
-            if req.method != "POST":
-                raise OTSError(
-                    405, "OTSMethodNotAllowed", "Only POST method for requests is supported."
-                )
-            if req.body_too_large:
-                raise OTSError(413, "OTSRequestBodyTooLarge", "The size of POST data is too large.")
-            # The clock offset moves data time (TTL, versions) only, not the signature check.
-            caller = verify_request(
-                "/" + api, query, req.headers, req.body, self.credentials, time.time()
-            )
-            self._check_instance(caller.instance)
-            entry = HANDLERS.get(api)
-            if entry is None:
-                raise invalid(f"Unsupported operation: {api}.")
+            caller = self._authenticate(req, api, query, None)
+            self._route(api, caller)
+            return None
+        except OTSError as e:
+            body = _error_body(e.code, e.message)
+            return e.status, self._headers(api, body, caller), body
+
+    def handle(self, req: Request) -> Response:
+        start = time.monotonic()
+        api, query = _api_and_query(req.path)
+        caller: Caller | None = None
+        try:
+            caller = self._authenticate(req, api, query, req.body)
+            request_cls, handler = self._route(api, caller)
             self._admit(api, caller.instance, self.now())
-            request_cls, handler = entry
             message = request_cls()
             try:
                 message.ParseFromString(req.body)
@@ -250,6 +254,22 @@ class LocalServer:
         if latency > 0:
             time.sleep(latency)
         return status, self._headers(api, body, caller), body
+
+    def _authenticate(self, req: Request, api: str, query: str, body: bytes | None) -> Caller:
+        """Method, size and signature (`body` None: not read yet, so its MD5 is not checked)."""
+        if req.method != "POST":
+            raise OTSError(405, "OTSMethodNotAllowed", "Only POST method for requests is supported.")
+        if req.body_too_large:
+            raise OTSError(413, "OTSRequestBodyTooLarge", "The size of POST data is too large.")
+        # The clock offset moves data time (TTL, versions) only, not the signature check.
+        return verify_request("/" + api, query, req.headers, body, self.credentials, time.time())
+
+    def _route(self, api: str, caller: Caller) -> tuple[type[Message], Handler]:
+        self._check_instance(caller.instance)
+        entry = HANDLERS.get(api)
+        if entry is None:
+            raise invalid(f"Unsupported operation: {api}.")
+        return entry
 
     def _check_instance(self, instance: str) -> None:
         if instance in self.options.instances:
@@ -289,6 +309,11 @@ class LocalServer:
             signature = sign_response(caller.signing_key, "/" + api, ots)
             headers.append(("Authorization", f"OTS {caller.access_key_id}:{signature}"))
         return headers
+
+
+def _api_and_query(path: str) -> tuple[str, str]:
+    uri, _, query = path.partition("?")
+    return uri.rsplit("/", 1)[-1], query
 
 
 def _error_body(code: str, message: str) -> bytes:
