@@ -12,67 +12,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from tsmigrate import adapter, ops
-from tsmigrate.errors import TsmigrateError
-from tsmigrate.plan import PLAN_FORMAT, Plan, make_plan, with_known_derivations
+from tsmigrate.errors import ApplyRefused
+from tsmigrate.plan import Plan, make_plan, with_known_derivations
+from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
-
-
-class ApplyRefused(TsmigrateError):
-    """Apply will not run this plan (and changed nothing)."""
-
-
-# --- plan files ----------------------------------------------------------------------------------
-
-
-def _checksum(document: Mapping[str, Any]) -> str:
-    body = {k: v for k, v in document.items() if k != "checksum"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def plan_document(plan: Plan, target_identity: str, findings: Sequence[Any] = ()) -> dict[str, Any]:
-    """The plan as written by ``plan --out``: the JSON plan, its lint findings, the target, and
-    a checksum."""
-    document = {**plan.to_dict(), "lint": [f.to_dict() for f in findings], "target": target_identity}
-    document["checksum"] = _checksum(document)
-    return document
-
-
-def check_plan_document(document: Mapping[str, Any], target_identity: str, models: Catalog) -> None:
-    if document.get("format") != PLAN_FORMAT or "checksum" not in document:
-        raise ApplyRefused("the plan file is not a tsmigrate plan (written by tsmigrate plan --out)")
-    if document["checksum"] != _checksum(document):
-        raise ApplyRefused("the plan file was edited after tsmigrate wrote it (checksum mismatch)")
-    if document.get("target") != target_identity:
-        raise ApplyRefused(
-            f"the plan was made for {document.get('target')}, not for {target_identity}"
-        )
-    if document.get("models_fingerprint") != models.fingerprint():
-        raise ApplyRefused("the plan was made for other models than the ones found now; plan again")
-
-
-def _resume_point(document: Mapping[str, Any], live_fingerprint: str) -> int:
-    """How many of the file's steps the live schema already reflects."""
-    if live_fingerprint == document["source_fingerprint"]:
-        return 0
-    for number, step in enumerate(document["steps"], 1):
-        if step.get("fingerprint_after") == live_fingerprint:
-            return number
-    raise ApplyRefused(
-        "the live schema changed since the plan was made (fingerprint "
-        f"{live_fingerprint[:19]} is not the plan's {document['source_fingerprint'][:19]}); "
-        "plan again"
-    )
-
 
 # --- apply ---------------------------------------------------------------------------------------
 
@@ -107,6 +57,13 @@ def apply(
 ) -> Outcome:
     if document is not None:
         check_plan_document(document, target_identity, models)
+        planned_prune = document["options"]["prune"]
+        if prune and not planned_prune:
+            raise ApplyRefused(
+                "--prune conflicts with the plan file, which was planned without it; apply the "
+                "file without --prune, or plan again with --prune"
+            )
+        prune = planned_prune  # the plan file carries the options it was planned with
     state = State(client)
     state.ensure_table()
     note = state.acquire() or ""
@@ -115,9 +72,8 @@ def apply(
         plan = make_plan(live, models, prune=prune)
         plan_id = plan.models_fingerprint[7:23]
         if document is not None:
-            done = _resume_point(document, plan.source_fingerprint)
-            expected = [s["summary"] for s in document["steps"][done:]]
-            if [s.summary() for s in plan.steps] != expected:
+            done = resume_point(document, plan.source_fingerprint)
+            if [step_json(s) for s in plan.steps] != planned_steps(document, done):
                 raise ApplyRefused("the live schema no longer leads to the planned steps; plan again")
             plan_id = document["checksum"][7:23]
             if done:

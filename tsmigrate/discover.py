@@ -15,21 +15,18 @@ from tsmigrate.errors import ModelError
 from tsmigrate.model import Model, registered_models
 
 
-def _import(name: str) -> ModuleType:
+def _import(name: str, root: Path) -> ModuleType:
     try:
         return importlib.import_module(name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module that calls sys.exit() while importing, too
         # Name the module and the line that failed, without dumping a traceback on the user.
         frames = traceback.extract_tb(exc.__traceback__)
-        # The innermost frame of the user's code; a SyntaxError has none (its message says where).
-        where = next(
-            (
-                f"{f.filename}:{f.lineno}"
-                for f in reversed(frames)
-                if "importlib" not in f.filename and f.filename != __file__
-            ),
-            "",
-        )
+        # The innermost frame of the project's code (a model's line, not the tsmigrate code that
+        # refused its arguments); a SyntaxError has none (its message says where).
+        ours = [f for f in frames if not f.filename.startswith("<")  # generated code
+                and Path(f.filename).resolve().is_relative_to(root.resolve())]
+        others = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+        where = next((f"{f.filename}:{f.lineno}" for f in reversed(ours or others)), "")
         detail = f"{type(exc).__name__}: {exc}"
         raise ModelError(
             f"cannot import models module {name!r}: {detail}" + (f" ({where})" if where else "")
@@ -57,11 +54,11 @@ def import_models(specs: Iterable[str], root: Path) -> list[type[Model]]:
     modules: set[str] = set()
     for spec in specs:
         name = _module_name(spec, root)
-        module = _import(name)
+        module = _import(name, root)
         modules.add(module.__name__)
         if hasattr(module, "__path__"):
             for info in pkgutil.walk_packages(module.__path__, prefix=f"{module.__name__}."):
-                modules.add(_import(info.name).__name__)
+                modules.add(_import(info.name, root).__name__)
     found = [m for m in registered_models() if m.__module__ in modules]
     if not found:
         raise ModelError(

@@ -54,3 +54,7 @@ class KeyDerivationError(TsmigrateError, ValueError):
 
 class ConfigError(TsmigrateError):
     """The project configuration ([tool.tsmigrate] or command-line options) is invalid."""
+
+
+class ApplyRefused(TsmigrateError):
+    """Apply will not run this plan (and changed nothing)."""

@@ -56,6 +56,34 @@ def _require(values: Mapping[str, Any], field: str, derivation: str) -> Any:
     return value
 
 
+def _typed(kind: type, label: str) -> Any:
+    """An attrs validator: a declaration with a wrong type is an error naming the argument, not a
+    TypeError somewhere in validation later."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise KeyDerivationError(
+                f"{type(instance).__name__} {attribute.name} must be {label}, got {value!r}"
+            )
+
+    return check
+
+
+_NAME = _typed(str, "a field name (a string)")
+_TEXT = _typed(str, "a string")
+_WHOLE = _typed(int, "a whole number")
+
+
+def _field_names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise KeyDerivationError(f"Concat fields must be a list of field names, got the string {value!r}")
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise KeyDerivationError(f"Concat fields must be field names (strings), got {name!r}")
+    return names
+
+
 @attrs.frozen
 class HashPrefix:
     """``md5(str(source))`` as ``length`` hex characters, then ``sep``, then the value itself."""
@@ -63,9 +91,9 @@ class HashPrefix:
     kind: ClassVar[str] = "hash_prefix"
     output_type: ClassVar[str] = "STRING"
 
-    source: str
-    length: int = 4
-    sep: str = "|"
+    source: str = attrs.field(validator=_NAME)
+    length: int = attrs.field(default=4, validator=_WHOLE)
+    sep: str = attrs.field(default="|", validator=_TEXT)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -89,8 +117,14 @@ class HashPrefix:
 
 
 def _as_pad(value: Any) -> tuple[tuple[str, int], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), int(v)) for k, v in items))
+    items = list(value.items() if isinstance(value, Mapping) else value)
+    for item in items:
+        if (not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str)
+                or isinstance(item[1], bool) or not isinstance(item[1], int)):
+            raise KeyDerivationError(
+                f"Concat pad must map field names to widths (whole numbers), got {value!r}"
+            )
+    return tuple(sorted((k, v) for k, v in items))
 
 
 @attrs.frozen
@@ -105,10 +139,10 @@ class Concat:
     kind: ClassVar[str] = "concat"
     output_type: ClassVar[str] = "STRING"
 
-    fields: tuple[str, ...] = attrs.field(converter=tuple)
-    sep: str = ","
+    fields: tuple[str, ...] = attrs.field(converter=_field_names)
+    sep: str = attrs.field(default=",", validator=_TEXT)
     pad: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_as_pad)
-    alphabet: str = "identifier"
+    alphabet: str = attrs.field(default="identifier", validator=_TEXT)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -210,8 +244,8 @@ class TimeBucket:
     kind: ClassVar[str] = "time_bucket"
     output_type: ClassVar[str] = "INTEGER"
 
-    source: str
-    buckets: int = 16
+    source: str = attrs.field(validator=_NAME)
+    buckets: int = attrs.field(default=16, validator=_WHOLE)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -243,8 +277,8 @@ class Descending:
     kind: ClassVar[str] = "descending"
     output_type: ClassVar[str] = "INTEGER"
 
-    source: str
-    ceiling: int = INT64_MAX
+    source: str = attrs.field(validator=_NAME)
+    ceiling: int = attrs.field(default=INT64_MAX, validator=_WHOLE)
 
     @property
     def sources(self) -> tuple[str, ...]:

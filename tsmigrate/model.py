@@ -20,7 +20,7 @@ from typing import Any, ClassVar, get_args
 import attrs
 
 from tsmigrate import schema
-from tsmigrate.errors import KeyDerivationError, Problem, SchemaError
+from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError
 from tsmigrate.keys import Derivation
 from tsmigrate.validate import validate_catalog
 
@@ -269,6 +269,15 @@ class AccessPattern(_Declaration):
         order_by: str | None = None,
     ):
         self.eq = (eq,) if isinstance(eq, str) else tuple(eq)
+        # Checked here, so that a wrong type is an import error at this line, not a crash in lint.
+        for column in self.eq:
+            if not isinstance(column, str):
+                raise ModelError(f"AccessPattern eq must list column names (strings), got {column!r}")
+        for argument, value in (("range", range), ("order_by", order_by)):
+            if value is not None and not isinstance(value, str):
+                raise ModelError(
+                    f"AccessPattern {argument} must be one column name (a string), got {value!r}"
+                )
         self.range = range
         self.order_by = order_by
 

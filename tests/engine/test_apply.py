@@ -10,8 +10,9 @@ from samples import DAY, events
 from strategies import catalog_changes
 
 from tsmigrate import adapter, ops
-from tsmigrate.apply import ApplyRefused, apply, live_catalog, plan_document
+from tsmigrate.apply import ApplyRefused, apply, live_catalog
 from tsmigrate.plan import make_plan
+from tsmigrate.planfile import plan_document
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,

@@ -107,14 +107,17 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
                        if t.startswith('t')]))
         """)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            count = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True,
-                                   env=_env()).stdout.strip()
-            if count and int(count) >= 2:
-                break
+        count = 0
+        while count < 2 and time.monotonic() < deadline:
+            listed = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True,
+                                    env=_env())
+            assert listed.returncode == 0, listed.stderr
+            count = int(listed.stdout)
             time.sleep(0.2)
+        assert count >= 2, "the apply created no tables in 120 s"
         victim.send_signal(signal.SIGKILL)
-        victim.wait(30)
+        # Killed midway, not finished by itself before the signal.
+        assert victim.wait(30) == -signal.SIGKILL
         partial = _run(project, "plan", "--detailed-exitcode", *target, env=creds)
         assert partial.returncode == 2, partial.stdout + partial.stderr
         rerun = _run(project, "apply", "--yes", *target, env=creds)
@@ -129,8 +132,10 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
 
 def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
     project = _project(tmp_path, tables=2)
-    assert _run(project, "apply", "--yes").returncode == 0
+    applied = _run(project, "apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
     live = _run(project, "inspect", "--format", "json")
+    assert live.returncode == 0, live.stderr
     written = _run(project, "inspect", "--write-models", "adopted")
     assert written.returncode == 0, written.stderr
     assert "adopted/t0.py" in written.stdout
@@ -141,3 +146,81 @@ def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
     assert adopted == inspected
     again = _run(project, "plan", "--detailed-exitcode", "--models", "adopted")
     assert again.returncode == 0, again.stdout
+
+
+def test_a_malformed_plan_file_is_named_with_what_is_wrong(tmp_path: Path):
+    project = _project(tmp_path, tables=1)
+    planned = _run(project, "plan", "--out", "good.json")
+    assert planned.returncode == 0, planned.stderr
+    good = json.loads((project / "good.json").read_text())
+
+    def variant(change) -> str:
+        document = json.loads(json.dumps(good))
+        change(document)
+        return json.dumps(document)
+
+    cases = {
+        "array.json": ("[]", "holds an array, not a plan"),
+        "null.json": ("null", "holds null, not a plan"),
+        "text.json": ('{"format": 1,', "is not JSON"),
+        "binary.json": (b"\xff\xfe\x00plan", "is not text"),
+        "empty.json": ("{}", "checksum is missing"),
+        "types.json": (variant(lambda d: d.update(format="1", steps={})),
+                       "format must be a whole number, not a string"),
+        "steps.json": (variant(lambda d: d.update(steps={})), "steps must be an array, not an object"),
+        "step.json": (variant(lambda d: d["steps"].append("drop everything")),
+                      "steps[2] must be an object, not a string"),
+        "kind.json": (variant(lambda d: d["steps"][0].update(kind="rename_table")),
+                      "steps[0].kind 'rename_table' is not a step kind"),
+        "args.json": (variant(lambda d: d["steps"][0].update(args={"table": "t0", "speed": 3})),
+                      "steps[0].args do not fit a create_table step (missing definition; unknown speed)"),
+        "table.json": (variant(lambda d: d["steps"][0]["args"].update(table=7)),
+                       "steps[0].args.table must be a string, not a number"),
+        "fingerprint.json": (variant(lambda d: d.update(source_fingerprint="sha1:abc")),
+                             "source_fingerprint is not a fingerprint"),
+        "options.json": (variant(lambda d: d.pop("options")), "options is missing"),
+        "prune.json": (variant(lambda d: d["options"].update(prune="yes")),
+                       "options.prune must be true or false, not a string"),
+        "risk.json": (variant(lambda d: d["steps"][0].update(risk="harmless")),
+                      "steps[0].risk 'harmless' is not one of safe, data-copy, destructive"),
+    }
+    for name, (content, message) in cases.items():
+        path = project / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        done = _run(project, "apply", "--plan", name, "--yes")
+        assert done.returncode == 1, (name, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr, (name, done.stderr)
+        assert f"plan file {name}" in done.stderr, (name, done.stderr)
+        assert message in done.stderr, (name, done.stderr)
+    missing = _run(project, "apply", "--plan", "nowhere.json", "--yes")
+    assert missing.returncode == 1, missing.stderr
+    assert "cannot read plan file nowhere.json" in missing.stderr
+    # Nothing was applied by any of them.
+    assert _run(project, "plan", "--detailed-exitcode").returncode == 2
+
+
+def test_a_plan_file_carries_prune(tmp_path: Path):
+    project = _project(tmp_path, tables=2)
+    applied = _run(project, "apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    models = (project / "app_models.py").read_text()
+    (project / "app_models.py").write_text(models[: models.index("class T1")])
+
+    plain = _run(project, "plan", "--out", "plain.json")
+    assert plain.returncode == 0, plain.stderr
+    conflict = _run(project, "apply", "--plan", "plain.json", "--prune", "--yes", "--allow-destructive")
+    assert conflict.returncode == 1
+    assert "--prune conflicts with the plan file" in conflict.stderr
+
+    pruning = _run(project, "plan", "--prune", "--out", "prune.json")
+    assert pruning.returncode == 0, pruning.stderr
+    assert json.loads((project / "prune.json").read_text())["options"] == {"prune": True}
+    done = _run(project, "apply", "--plan", "prune.json", "--yes", "--allow-destructive")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "drop table t1" in done.stdout
+    inspected = _run(project, "inspect", "--format", "json")
+    assert inspected.returncode == 0, inspected.stderr
+    assert [t["name"] for t in json.loads(inspected.stdout)["tables"]] == ["t0"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -23,12 +22,14 @@ from tsmigrate.commands.common import (
 @models_option
 @project_option
 @with_target
-@click.option("--plan", "plan_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Apply exactly this plan (from plan --out); refused if the instance changed.")
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Apply exactly this plan (from plan --out), with the options it was planned "
+              "with; refused if the instance changed.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--allow-destructive", is_flag=True,
               help="Allow steps that lose data, versions, indexes or stream records.")
-@click.option("--prune", is_flag=True, help="Also drop tables that no model declares.")
+@click.option("--prune", is_flag=True, help="Also drop tables that no model declares (with --plan: "
+              "as the plan file says).")
 @reports_errors
 def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
                   allow_destructive, prune):
@@ -37,6 +38,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
 
     from tsmigrate import adapter
     from tsmigrate.apply import ApplyRefused, apply
+    from tsmigrate.planfile import read_plan_file
     from tsmigrate.planrender import plan_text
     from tsmigrate.target import connect, resolve_target
 
@@ -44,10 +46,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
     document = None
     if plan_file is not None:
-        try:
-            document = json.loads(plan_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ApplyRefused(f"cannot read plan file {plan_file}: {exc}") from None
+        document = read_plan_file(plan_file, target.identity, catalog)
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]target: {target.describe()}[/]")
 

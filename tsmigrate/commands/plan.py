@@ -33,15 +33,15 @@ from tsmigrate.commands.common import (
 @reports_errors
 def plan(models, project, target_name, endpoint, instance, fmt, out, prune, detailed_exitcode):
     """Show what apply would change on the target (read calls only)."""
-    from tsmigrate.apply import plan_document
     from tsmigrate.plan import make_plan
+    from tsmigrate.planfile import plan_document
     from tsmigrate.planrender import plan_json, plan_markdown, plan_text
 
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune)
     if out is not None:
-        document = plan_document(result, target.identity)
+        document = plan_document(result, target.identity, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if fmt == "json":
         click.echo(plan_json(result), nl=False)
