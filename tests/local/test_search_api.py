@@ -416,3 +416,37 @@ def test_reindex_weights_and_switch(ots_instance: LocalTablestore,
     # The SDK's own UpdateSearchIndex (TTL only) still parses on the extended message.
     e = error_of(client.update_search_index, "t", "idx", SearchIndexMeta(None, time_to_live=DAY))
     assert "allow_update=false" in e.message
+
+
+def test_parallel_scan_ends_with_an_empty_page_and_the_service_errors(ots_client: OTSClient) -> None:
+    """As the SDK's parallel_scan_test: the last rows come with a token, then an empty page
+    without one; the parameter errors carry the service's texts."""
+    make_table(ots_client)
+    fill(ots_client, count=100)
+    ots_client.create_search_index("t", "idx", SearchIndexMeta(fields()))
+    splits = ots_client.compute_splits("t", "idx")
+    assert splits.splits_size == 1 and splits.session_id
+    everything = ColumnsToGet(return_type=ColumnReturnType.ALL_FROM_INDEX)
+    token = None
+    pages = []
+    for _ in range(3):
+        query = ScanQuery(MatchAllQuery(), limit=70, next_token=token, current_parallel_id=0, max_parallel=1,
+                          alive_time=30)
+        response = ots_client.parallel_scan("t", "idx", query, splits.session_id, columns_to_get=everything)
+        pages.append((len(response.rows), bool(response.next_token)))
+        token = response.next_token
+    assert pages == [(70, True), (30, True), (0, False)]
+    wrong_id = ScanQuery(MatchAllQuery(), limit=70, next_token=None, current_parallel_id=101, max_parallel=1)
+    e = error_of(ots_client.parallel_scan, "t", "idx", wrong_id, splits.session_id, columns_to_get=everything)
+    assert (e.get_http_status(), e.code, e.message) == (
+        400, "OTSParameterInvalid",
+        "[parallel_scan.current_parallel_id] must in [0, max_parallel), current max_parallel is 1, "
+        "current_parallel_id is 101")
+    too_wide = ScanQuery(MatchAllQuery(), limit=70, next_token=None, current_parallel_id=0, max_parallel=2)
+    e = error_of(ots_client.parallel_scan, "t", "idx", too_wide, splits.session_id, columns_to_get=everything)
+    assert (e.code, e.message) == (
+        "OTSParameterInvalid", "[parallel_scan.max_parallel_id] must in (0 ,1], current max_parallel_id is 2")
+    e = error_of(ots_client.compute_splits, "t", None)
+    assert (e.code, e.message) == ("OTSParameterInvalid", "[search index splits options] must not be null")
+    e = error_of(ots_client.compute_splits, "t", "not_exist")
+    assert (e.code, e.message) == ("OTSMetaNotMatch", "search index [not_exist] does not exist")

@@ -467,3 +467,4 @@ def test_parallel_scan_sessions_expire_and_limits_hold() -> None:
     clock.now += 61
     exc = error(scan, sessions, docs, session_id, ok)
     assert (exc.status, exc.code) == (400, "OTSSessionExpired")
+    assert exc.message == "ScanQuery'session is expired, please retry ComputeSplitsRequest and ScanQuery."

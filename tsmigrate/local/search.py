@@ -46,7 +46,9 @@ get_total_count. routing_values are accepted and ignored (one local shard holds 
 
 ParallelScan: rows of slice ``current_parallel_id`` (a stable hash of the PK modulo
 max_parallel) in PK order; limit default and maximum 2000; max_parallel <= the session's
-splits_size; next_token encodes the session, slice and last PK. A session lives ``alive_time``
+splits_size; next_token encodes the session, slice and last PK. As on the service, every page
+with rows carries a next_token (the last rows too) and the end of the scan is an empty page
+without one. A session lives ``alive_time``
 seconds (SDK default 60) after its last use; a ParallelScan without a session_id is accepted.
 """
 
@@ -726,7 +728,8 @@ class _Session:
 
 
 def _session_expired() -> OTSError:
-    return OTSError(400, "OTSSessionExpired", "The session has expired or does not exist.")
+    return OTSError(400, "OTSSessionExpired",
+                    "ScanQuery'session is expired, please retry ComputeSplitsRequest and ScanQuery.")
 
 
 class ScanSessions:
@@ -782,10 +785,11 @@ class ScanSessions:
         parallel = scan.max_parallel if scan.HasField("max_parallel") else 1
         current = scan.current_parallel_id
         if not 1 <= parallel <= max_splits:
-            raise invalid(f"Invalid max_parallel: {parallel}, it must be in range [1, {max_splits}].")
+            raise invalid(f"[parallel_scan.max_parallel_id] must in (0 ,{max_splits}], "
+                          f"current max_parallel_id is {parallel}")
         if not 0 <= current < parallel:
-            raise invalid(f"Invalid current_parallel_id: {current}, it must be in range "
-                          f"[0, {parallel}).")
+            raise invalid(f"[parallel_scan.current_parallel_id] must in [0, max_parallel), "
+                          f"current max_parallel is {parallel}, current_parallel_id is {current}")
         after = None
         if scan.token:
             token = _decode_token(scan.token)
@@ -815,9 +819,11 @@ class ScanSessions:
         response = spb.ParallelScanResponse()
         for _, doc in hits[:limit]:
             response.rows.append(_encode_doc(doc, columns_for(doc[1])))
-        if len(hits) > limit:
+        # As the service: every page with rows carries a token, the end is an empty page without.
+        page = hits[:limit]
+        if page:
             response.next_token = _encode_token({"session": session_id, "slice": current,
-                                                 "of": parallel, "after": _pack(hits[limit - 1][0])})
+                                                 "of": parallel, "after": _pack(page[-1][0])})
         return response
 
 

@@ -312,7 +312,7 @@ def search(ctx: Context, req: spb.SearchRequest) -> spb.SearchResponse:
 
 def compute_splits(ctx: Context, req: spb.ComputeSplitsRequest) -> spb.ComputeSplitsResponse:
     if not req.search_index_splits_options.index_name:
-        raise invalid("The index name of search_index_splits_options is missing.")
+        raise invalid("[search index splits options] must not be null")
     index_name = req.search_index_splits_options.index_name
     with ctx.storage.lock:
         table = _table(ctx, req.table_name)
