@@ -19,7 +19,8 @@ Indexing (what a document contributes to a field; anything else is dirty data, n
     LONG, DATE <- int; DOUBLE <- float; BOOLEAN <- bool; KEYWORD, TEXT <- str;
     GEO_POINT <- "lat,lon" str; NESTED <- JSON array of objects; JSON, VECTOR <- str.
     is_array fields hold a JSON array string; the whole value is dirty if any element is.
-    DATE strings (date_formats) are not parsed: such values are dirty here.
+    DATE strings are parsed with the field's date_formats (search_dates.py) into epoch ms;
+    query values given as strings for LONG, DOUBLE and DATE fields are converted likewise.
     Virtual fields read their first source column. PK columns can be fields.
     TEXT is analysed into word tokens (``\\w+``), lower-cased unless single_word's
     case_sensitive; the split analyzer splits on its delimiter (default whitespace) instead.
@@ -79,6 +80,7 @@ from tsmigrate.local.plainbuffer import (
     encode_row,
     encode_value,
 )
+from tsmigrate.local.search_dates import parse_date
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
 
 Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
@@ -108,8 +110,11 @@ def _geo_point(text: str) -> bool:
     return -90 <= lat <= 90 and -180 <= lon <= 180
 
 
-def _convert(ftype: int, value: object, in_array: bool) -> object:
+def _convert(ftype: int, value: object, in_array: bool, date_formats: tuple[str, ...] = ()) -> object:
     t = type(value)
+    if ftype == spb.DATE and t is str and date_formats:
+        ms = parse_date(value, date_formats)  # type: ignore[arg-type]
+        return _DIRTY if ms is None else ms
     if ftype in (spb.LONG, spb.DATE):
         return value if t is int else _DIRTY
     if ftype == spb.DOUBLE:
@@ -143,9 +148,9 @@ def _index_values(field: SearchField, raw: object) -> list[Any]:
             return []
         if not isinstance(items, list):
             return []
-        values = [_convert(field.type, item, True) for item in items]
+        values = [_convert(field.type, item, True, field.date_formats) for item in items]
         return [] if any(v is _DIRTY for v in values) else values
-    value = _convert(field.type, raw, False)
+    value = _convert(field.type, raw, False, field.date_formats)
     return [] if value is _DIRTY else [value]
 
 
@@ -220,6 +225,11 @@ def _query_value(field: SearchField, value: object) -> Any:
     ftype = field.type
     if ftype in _NUMERIC and t in (int, float):
         return value
+    if ftype in _NUMERIC and t is str:
+        # The service converts a string to the field's type (TermQuery('l', '900') on a LONG).
+        converted = _number_text(field, value)  # type: ignore[arg-type]
+        if converted is not None:
+            return converted
     if ftype == spb.BOOLEAN and t is bool:
         return value
     if ftype in _STRINGS and t is str:
@@ -228,6 +238,17 @@ def _query_value(field: SearchField, value: object) -> Any:
         raise invalid(f"The query value {value!r} does not match the type "
                       f"{FIELD_TYPE_NAMES[ftype]} of field [{field.name}].")
     raise _unsupported(f"Term-level queries on {FIELD_TYPE_NAMES[ftype]} field [{field.name}]")
+
+
+def _number_text(field: SearchField, text: str) -> int | float | None:
+    if field.type == spb.DATE and field.date_formats:
+        ms = parse_date(text, field.date_formats)
+        if ms is not None:
+            return ms
+    try:
+        return float(text) if field.type == spb.DOUBLE else int(text.strip())
+    except ValueError:
+        return None
 
 
 def _decode_term(data: bytes) -> object:
@@ -240,14 +261,12 @@ def _decode_term(data: bytes) -> object:
 def _text_value(field: SearchField, text: str) -> Any:
     """A match query's text as a term of a non-TEXT field."""
     ftype = field.type
-    try:
-        if ftype in (spb.LONG, spb.DATE):
-            return int(text)
-        if ftype == spb.DOUBLE:
-            return float(text)
-    except ValueError:
-        raise invalid(f"The query text {text!r} does not match the type "
-                      f"{FIELD_TYPE_NAMES[ftype]} of field [{field.name}].") from None
+    if ftype in _NUMERIC:
+        number = _number_text(field, text)
+        if number is None:
+            raise invalid(f"The query text {text!r} does not match the type "
+                          f"{FIELD_TYPE_NAMES[ftype]} of field [{field.name}].")
+        return number
     if ftype == spb.BOOLEAN:
         return text.lower() == "true"
     return _query_value(field, text)

@@ -79,6 +79,7 @@ class SearchField:
     source: str  # the column the value comes from (a virtual field's source)
     virtual: bool
     sub_fields: tuple[SearchField, ...]
+    date_formats: tuple[str, ...] = ()  # DATE: the patterns string values are parsed with
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,7 @@ def _field(proto: spb.FieldSchema) -> SearchField:
         else proto.field_name,
         virtual=virtual,
         sub_fields=tuple(_field(f) for f in proto.field_schemas),
+        date_formats=tuple(proto.date_formats),
     )
 
 
