@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -63,6 +63,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 PAGE_ROWS = 5000
 PAGE_BYTES = 4 * 1024 * 1024
 BATCH_GET_ROWS = 100
+BATCH_GET_FULL = f"The response reached {PAGE_BYTES // (1024 * 1024)} MB: read this row in another request."
 BATCH_WRITE_ROWS = 200
 BATCH_WRITE_BYTES = 4 * 1024 * 1024
 CU_BYTES = 4096
@@ -629,20 +630,25 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
     out: list[bytes] = []
     size = 0
     metered = 0  # logical size, what read CU are counted by
-    next_key: bytes | None = None
-    with storage.lock:
+    next_row: Any = None  # the row the next page starts with
+    # Rows are read one at a time, so a page is cut while scanning: it reads the rows it returns
+    # and at most one more, however big they are.
+    with storage.lock, contextlib.ExitStack() as scanning:
         if ctx.txn is not None:
-            rows: list[Any] = _scan_in_transaction(ctx, table, start_key, end_key, forward, budget + 1)
-        elif spec.simple:
-            rows = storage.scan_latest(table.table_id, start_key, end_key, forward, budget + 1)
+            rows: Iterator[Any] = iter(
+                _scan_in_transaction(ctx, table, start_key, end_key, forward, budget + 1)
+            )
         else:
-            rows = storage.scan(table.table_id, start_key, end_key, forward, budget + 1)
+            cursor = storage.scan_cursor(
+                table.table_id, start_key, end_key, forward, budget + 1, latest_only=spec.simple
+            )
+            rows = scanning.enter_context(contextlib.closing(cursor))
         cutoff = rowdata.ttl_cutoff(table, now_ms)
         read = rowdata.read
         simple = spec.simple and ctx.txn is None
         for i, row in enumerate(rows):
             if i == budget:
-                next_key = row[0]
+                next_row = row
                 break
             if not simple:
                 data = read(table, row, spec, now_ms)
@@ -653,23 +659,22 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
             if data is None:
                 continue
             if out and size + len(data) > PAGE_BYTES:
-                next_key = row[0]
+                next_row = row
                 break
             out.append(data)
             size += len(data)
             metered += logical_size(data)
             if len(out) == limit:
-                if i + 1 < len(rows):
-                    next_key = rows[i + 1][0]
+                next_row = next(rows, None)
                 break
-        next_row = None
-        if next_key is not None and ctx.txn is not None:  # an uncommitted row is not in storage
-            next_row = next(r for r in rows if r[0] == next_key)
-        elif next_key is not None:
-            next_row = storage.get(table.table_id, next_key)
+        next_pk = None
+        if isinstance(next_row, StoredRow):  # (an uncommitted row of a transaction is not stored)
+            next_pk = next_row.pk, next_row.pkc
+        elif next_row is not None:  # a (key, latest, mints) of the fast path
+            next_pk = storage.primary_key(table.table_id, next_row[0])
     resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(metered)), rows=join_rows(out))
-    if next_row is not None:
-        resp.next_start_primary_key = rowdata.pk_row(next_row)
+    if next_pk is not None:
+        resp.next_start_primary_key = HEADER + assemble_row(*next_pk, ())
     return resp
 
 
@@ -706,6 +711,7 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
         plan.append((item, table, _read_spec(table, item), [decode_primary_key(k) for k in item.primary_key]))
     resp = pb.BatchGetRowResponse()
     now_ms = ctx.now_ms
+    size = 0  # of the rows answered so far: bounded like a GetRange page
     with ctx.storage.lock:
         for item, table, spec, keys in plan:
             out = resp.tables.add(table_name=item.table_name)
@@ -721,6 +727,14 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
                 stored = ctx.storage.get(table.table_id, key)
                 data = rowdata.read(table, stored, spec, now_ms) if stored is not None else None
                 body = HEADER + data if data is not None else b""
+                if size and size + len(body) > PAGE_BYTES:
+                    # The response is full: this row fails on its own, retryably (the Go SDK
+                    # sends such rows again), as the rows of an overloaded partition would.
+                    result.is_ok = False
+                    result.error.code = "OTSServerBusy"
+                    result.error.message = BATCH_GET_FULL
+                    continue
+                size += len(body)
                 result.is_ok = True
                 read_cu = _cu(logical_size(data)) if data is not None else 1
                 result.consumed.CopyFrom(_consumed(read=read_cu))

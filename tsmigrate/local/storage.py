@@ -11,6 +11,7 @@ readers would gain little. Each request runs in one transaction, so a failed req
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import sqlite3
@@ -65,6 +66,10 @@ class StoredRow(NamedTuple):
     @staticmethod
     def pack(pk_values: tuple[object, ...], cells: Cells) -> bytes:
         return marshal.dumps((pk_values, cells))
+
+
+def _stored_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> StoredRow:
+    return StoredRow(*row)  # type: ignore[arg-type]
 
 
 class SearchIndexRecord(NamedTuple):
@@ -208,32 +213,40 @@ class Storage:
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
     ) -> list[StoredRow]:
         """Rows in [start, end) forward, or in (end, start] backward, at most `limit`."""
-        self._flush()
-        if forward:
-            sql = (
-                "SELECT k, pk, pkc, latest, mints, cells FROM rows"
-                " WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?"
-            )
-        else:
-            sql = (
-                "SELECT k, pk, pkc, latest, mints, cells FROM rows"
-                " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
-            )
-        return [StoredRow(*r) for r in self._db.execute(sql, (table_id, start, end, limit)).fetchall()]
+        with contextlib.closing(self.scan_cursor(table_id, start, end, forward, limit)) as rows:
+            return rows.fetchall()
 
     def scan_latest(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
     ) -> list[tuple[bytes, bytes, int | None]]:
         """Like `scan`, but only (key, latest, mints): the fast path of whole-row range reads."""
+        with contextlib.closing(
+            self.scan_cursor(table_id, start, end, forward, limit, latest_only=True)
+        ) as rows:
+            return rows.fetchall()
+
+    def scan_cursor(
+        self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int,
+        latest_only: bool = False,
+    ) -> sqlite3.Cursor:
+        """`scan` (or `scan_latest`) one row at a time, for reads that stop at a size: only the
+        rows taken are read. Use it under the lock and close it there."""
         self._flush()
-        if forward:
-            sql = "SELECT k, latest, mints FROM rows WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?"
-        else:
-            sql = (
-                "SELECT k, latest, mints FROM rows"
-                " WHERE t = ? AND k <= ? AND k > ? ORDER BY k DESC LIMIT ?"
-            )
-        return self._db.execute(sql, (table_id, start, end, limit)).fetchall()
+        columns = "k, latest, mints" if latest_only else "k, pk, pkc, latest, mints, cells"
+        where = "k >= ? AND k < ? ORDER BY k" if forward else "k <= ? AND k > ? ORDER BY k DESC"
+        cursor = self._db.cursor()
+        if not latest_only:
+            cursor.row_factory = _stored_row
+        return cursor.execute(
+            f"SELECT {columns} FROM rows WHERE t = ? AND {where} LIMIT ?", (table_id, start, end, limit)
+        )
+
+    def primary_key(self, table_id: int, key: bytes) -> tuple[bytes, bytes] | None:
+        """The encoded PK cells and their checksums of a stored row, without reading the row."""
+        self._flush()
+        return self._db.execute(
+            "SELECT pk, pkc FROM rows WHERE t = ? AND k = ?", (table_id, key)
+        ).fetchone()
 
     # -- search indexes (metadata only: searches read the rows) -----------------------------------
 
