@@ -42,6 +42,7 @@ from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_filter_pb2 as fpb
 
 from tsmigrate.local.plainbuffer import PlainBufferError, decode_value
+from tsmigrate.local.utf8 import check_utf8
 
 __all__ = ["MAX_FILTER_COUNT", "Columns", "Filter", "FilterError", "compile_filter"]
 
@@ -112,6 +113,7 @@ def _parse(message_type: type[_M], data: bytes, error: str) -> _M:
     # upb accepts missing required fields and unknown enum values: check them here.
     if not message.IsInitialized():
         raise FilterError(error)
+    check_utf8(message)
     return message
 
 

@@ -82,6 +82,7 @@ from tsmigrate.local.plainbuffer import (
 )
 from tsmigrate.local.search_dates import parse_date
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
+from tsmigrate.local.utf8 import check_utf8
 
 Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
 
@@ -200,6 +201,7 @@ def _parse(message: type[Message], data: bytes, what: str) -> Any:
         proto.ParseFromString(data)
     except DecodeError:
         raise invalid(f"Invalid {what}.") from None
+    check_utf8(proto)
     return proto
 
 

@@ -34,6 +34,7 @@ from tablestore.protobuf import search_pb2 as spb
 from tsmigrate.local.errors import invalid
 from tsmigrate.local.plainbuffer import PlainBufferError, decode_value, encode_value
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
+from tsmigrate.local.utf8 import check_utf8
 
 MAX_TOP_ROWS = 100
 DEFAULT_GROUP_SIZE = 10
@@ -155,6 +156,7 @@ def _parse(message: Any, data: bytes, what: str) -> Any:
         proto.ParseFromString(data)
     except DecodeError:
         raise invalid(f"Invalid {what}.") from None
+    check_utf8(proto)
     return proto
 
 

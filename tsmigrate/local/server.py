@@ -44,6 +44,7 @@ from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
 from tsmigrate.local.storage import Storage, StoredRow
 from tsmigrate.local.transport import HTTPServer, Limits, Request, Response
+from tsmigrate.local.utf8 import check_utf8
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,7 @@ class LocalServer:
                 message.ParseFromString(req.body)
             except DecodeError:
                 raise invalid("Failed to parse the ProtoBuf message.") from None
+            check_utf8(message)
             # A request is applied at one instant, taken once it holds the storage: versions are
             # stamped in the order writes commit, so a write that waited for the lock can never
             # be stamped older than one committed meanwhile (see `rows.update_one` for increments).
