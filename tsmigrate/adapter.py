@@ -1,7 +1,9 @@
 """The only door to the Tablestore SDK: IR <-> SDK objects, inspection, and step execution.
 
 Inspection issues its describe calls concurrently (a thread pool over the SDK's thread-safe
-client); everything else in tsmigrate sees only IR values and Steps.
+client); everything else in tsmigrate sees only IR values and Steps. Every call is retried by
+``tsmigrate.retry``'s policy (installed on the client by ``inspect``, ``RawClient`` and
+``execute``); a step whose write is not idempotent is checked by a read before it is sent again.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import tablestore as ts
 import urllib3.exceptions
 from tablestore import metadata as md
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import ops
+from tsmigrate import ops, retry
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import (
@@ -159,7 +162,12 @@ def scan_prefix(
 
 
 def create_state_table(client: ts.OTSClient, name: str) -> bool:
-    """Create tsmigrate's bookkeeping table (kind, id) if missing; True when it was created."""
+    """Create tsmigrate's bookkeeping table (kind, id) if missing; True when it was created.
+    Safe to repeat as a whole, so an ambiguous failure of the create is simply retried."""
+    return retry.retrying(lambda: _create_state_table(retry.install(client), name), api="CreateTable")
+
+
+def _create_state_table(client: ts.OTSClient, name: str) -> bool:
     if name in client.list_table():
         return False
     try:
@@ -353,6 +361,7 @@ def inspect(
     """The live instance as IR. Describe calls run concurrently; a client made by
     ``pacing.paced`` paces the table-level ones to the instance's limit, so that the service
     never has to throttle them."""
+    retry.install(client)
     names = [n for n in client.list_table() if n not in exclude]
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
         tables = list(pool.map(lambda name: inspect_table(client, name), names))
@@ -378,8 +387,12 @@ def _create_table(client: ts.OTSClient, step: ops.CreateTable) -> None:
         md.ReservedThroughput(md.CapacityUnit(table.throughput.read, table.throughput.write)),
         [sdk_secondary_index(i) for i in table.secondary_indexes] or None,
     )
-    if table.stream.enabled:  # the SDK's CreateTable cannot carry a stream specification
-        RawClient(client).update_stream(table.name, True, table.stream.expiration_hours)
+
+
+def _enable_stream(client: ts.OTSClient, step: ops.CreateTable) -> None:
+    stream = step.definition.stream
+    if stream.enabled:  # the SDK's CreateTable cannot carry a stream specification
+        RawClient(client).update_stream(step.table, True, stream.expiration_hours)
 
 
 def _update_options(client: ts.OTSClient, step: ops.UpdateOptions) -> None:
@@ -425,12 +438,94 @@ EXECUTORS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
 }
 
 
+# Second calls of a step, idempotent (retried by the policy), run once the first one landed.
+FOLLOW_UPS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
+    ops.CreateTable: _enable_stream,
+}
+
+
 def can_execute(step: ops.Step) -> bool:
     return type(step) in EXECUTORS
 
 
-def execute(client: ts.OTSClient, step: ops.Step) -> None:
-    EXECUTORS[type(step)](client, step)
+class StepConflict(TargetError):
+    """After a retry of its own write, a step found the object there but not as it asked."""
+
+
+def _landed_part(step: ops.Step, table: Table | None) -> Any:
+    """The part of ``table`` that ``step`` writes: equal in the live and the predicted table
+    means the step is done."""
+    if table is None or isinstance(step, (ops.CreateTable, ops.DropTable)):
+        # A created table is judged without what later calls of the step add (its stream).
+        return None if table is None else attrs.evolve(table, stream=StreamSpec(), search_indexes=[])
+    if isinstance(step, (ops.CreateIndex, ops.DropIndex)):
+        return next((i for i in table.secondary_indexes if i.name == step.index.name), None)
+    if isinstance(step, (ops.CreateSearchIndex, ops.DropSearchIndex)):
+        return next((i for i in table.search_indexes if i.name == step.index.name), None)
+    if isinstance(step, ops.UpdateSearchIndexTTL):
+        return next((i.time_to_live for i in table.search_indexes if i.name == step.index), None)
+    if isinstance(step, (ops.AddDefinedColumns, ops.DeleteDefinedColumns)):
+        names = {c.name for c in step.columns}
+        return sorted((c.name, c.type) for c in table.defined_columns if c.name in names)
+    return table  # options, throughput, stream: the whole table
+
+
+def _landed(client: ts.OTSClient, step: ops.Step, expected: Table | None) -> bool:
+    try:
+        live: Table | None = inspect_table(client, step.table)
+    except ts.OTSServiceError as exc:
+        if exc.code != "OTSObjectNotExist":
+            raise
+        live = None
+    return _landed_part(step, live) == _landed_part(step, expected)
+
+
+NOT_PREDICTED: Any = object()
+
+
+def execute(client: ts.OTSClient, step: ops.Step, expected: Table | None = NOT_PREDICTED) -> None:
+    """Run ``step``; ``expected`` is the table as the plan predicts it after the step (None:
+    gone; left out, ambiguous failures are not checked and not retried).
+
+    A write that failed ambiguously (a timeout, a 500: it may have been done) is checked by a
+    read and sent again only if it did not land; an error after such a retry (409
+    ObjectAlreadyExist to our own create) is success only if what exists is what the step asked
+    for. A client with a retry policy of its own (not tsmigrate's) gets no retries here."""
+    policy = retry.policy_of(retry.install(client))
+    _first_call(client, step, expected, policy)
+    follow_up = FOLLOW_UPS.get(type(step))
+    if follow_up is not None:
+        follow_up(client, step)
+
+
+def _first_call(
+    client: ts.OTSClient, step: ops.Step, expected: Table | None, policy: Any
+) -> None:
+    attempt = 0
+    while True:
+        try:
+            EXECUTORS[type(step)](client, step)
+            return
+        except Exception as exc:
+            if policy is None or expected is NOT_PREDICTED:
+                raise
+            definite = not (retry.ambiguous(exc) or retry.rejected(exc))
+            if attempt and isinstance(exc, ts.OTSServiceError) and definite:
+                if _landed(client, step, expected):
+                    return
+                if exc.code == "OTSObjectAlreadyExist":
+                    raise StepConflict(
+                        f"{step.summary()}: after a retry of this step the object exists but "
+                        "differs from what the step asked for (another client changed it?); "
+                        "plan again"
+                    ) from None
+                raise
+            if not retry.ambiguous(exc) or attempt >= policy.max_retries:
+                raise
+            if _landed(client, step, expected):
+                return
+            time.sleep(policy.get_retry_delay(attempt, exc, step.kind))
+            attempt += 1
 
 
 def settle(

@@ -108,8 +108,8 @@ def apply(
             state.renew()
             state.record(step, "started", plan_id=plan_id)
             try:
-                adapter.execute(client, step)
                 predicted = ops.transform(predicted, step)
+                adapter.execute(client, step, predicted.table(step.table))
                 if not adapter.settle(client, step.table, predicted.table(step.table)):
                     raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
             except Exception as exc:

@@ -6,7 +6,8 @@ AddDefinedColumn / DeleteDefinedColumn, and the search-index reindex fields (sou
 switch, query flow weights) of the Java SDK's proto.
 
 It rides on an ``OTSClient``: the same credentials provider, signer, connection pool, response
-checks (MD5, date, signature) and retry policy, and it raises the SDK's own ``OTSServiceError``
+checks (MD5, date, signature) and retry policy (tsmigrate's, see ``tsmigrate.retry``, installed on
+the client when it still has the SDK's default), and it raises the SDK's own ``OTSServiceError``
 and ``OTSClientError``. Messages come from the modules the local server parses them with, so
 both sides agree on every field number.
 """
@@ -25,6 +26,7 @@ from tablestore.error import OTSClientError, OTSServiceError
 from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate import retry
 from tsmigrate.local import plainbuffer, search_protocol, table_protocol
 
 _DEFINED_TYPES = {
@@ -54,10 +56,10 @@ class SplitPoints:
 
 class RawClient:
     def __init__(self, client: OTSClient):
-        self.client = client
+        self.client = retry.install(client)
 
     def call(self, api: str, request: Message, response_type: type[Message]) -> Any:
-        """Send one signed request and parse the answer, with the SDK's retry policy."""
+        """Send one signed request and parse the answer, retried by the client's retry policy."""
         body = request.SerializeToString()
         query = "/" + api
         retries = 0

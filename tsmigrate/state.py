@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter
+from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.schema import Catalog
 
@@ -72,7 +72,7 @@ def _stale(lock: dict[str, Any], now_ms: int) -> bool:
 
 class State:
     def __init__(self, client: Any, owner: Owner | None = None):
-        self.client = client
+        self.client = retry.install(client)
         self.owner = owner or Owner.me()
         self.run_started_ms = int(time.time() * 1000)
         self._step_no = 0
@@ -100,6 +100,8 @@ class State:
         except adapter.ConditionFailed:
             pass
         held = adapter.get_row(self.client, STATE_TABLE, LOCK_KEY) or {}
+        if self._mine(held):  # our own write landed before a retry of it found the row
+            return None
         if held and not _stale(held, int(time.time() * 1000)):
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(held.get("acquired_ms", 0) / 1000))
             raise LockHeld(
@@ -114,8 +116,12 @@ class State:
                 column_equals=("owner", held["owner"]) if held else None,
             )
         except adapter.ConditionFailed:
-            raise LockHeld("another apply took the lock at the same moment") from None
+            if not self._mine(adapter.get_row(self.client, STATE_TABLE, LOCK_KEY) or {}):
+                raise LockHeld("another apply took the lock at the same moment") from None
         return f"took over a stale lock left by {held.get('owner', 'an unknown run')}"
+
+    def _mine(self, lock: dict[str, Any]) -> bool:
+        return lock.get("owner") == self.owner.text
 
     def renew(self) -> None:
         try:

@@ -112,6 +112,8 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
     embedded instance, the server runs meanwhile."""
     from tablestore import OTSClient
 
+    from tsmigrate.retry import install
+
     if target.embedded:
         from tsmigrate.local.embedded import WAIT_S, embedded_instance
         from tsmigrate.local.ownership import DataDirInUse
@@ -125,13 +127,13 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
                     client = found.client(**client_options)
                 else:
                     client = _running_server_client(found, target.instance, client_options)
-                yield paced(client, target.table_ops_per_s)
+                yield install(paced(client, target.table_ops_per_s))
         except DataDirInUse as e:
             raise ConfigError(f"{e} (gave up after waiting {WAIT_S:.0f} s)") from None
         return
     key_id, secret, token = credentials()
     client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
-    yield paced(client, target.table_ops_per_s)
+    yield install(paced(client, target.table_ops_per_s))
 
 
 def _say_waiting(holder: Any) -> None:
