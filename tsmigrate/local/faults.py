@@ -21,13 +21,20 @@ KINDS: dict[str, Callable[[], OTSError]] = {
     "internal": internal_error,
     # Per-row failure inside an otherwise successful BatchWriteRow.
     "batch_row": server_busy,
+    # The request is done, then answered as if it timed out: the client cannot tell whether
+    # its write happened (the service's OTSTimeout after a commit, or a lost reply).
+    "done_timeout": lambda: OTSError(503, "OTSTimeout", "Operation timeout."),
 }
+# Kinds drawn after the request was carried out rather than before.
+AFTER_KINDS = frozenset({"done_timeout"})
+BEFORE_KINDS = frozenset(KINDS) - AFTER_KINDS - {"batch_row"}
 HELP = (
     "Inject faults: comma-separated KIND[@Api|Api...]=FRACTION (and optional seed=N). "
     "KIND is one of server_busy (503 OTSServerBusy), capacity (403 OTSNotEnoughCapacityUnit), "
     "timeout (503 OTSTimeout), unavailable (503 OTSPartitionUnavailable), internal "
-    "(500 OTSInternalServerError) or batch_row (single rows of BatchWriteRow fail with "
-    "OTSServerBusy). Example: server_busy=0.1,capacity@PutRow|GetRow=0.05,batch_row=0.02"
+    "(500 OTSInternalServerError), done_timeout (the request is carried out, then answered 503 "
+    "OTSTimeout) or batch_row (single rows of BatchWriteRow fail with OTSServerBusy). "
+    "Example: server_busy=0.1,capacity@PutRow|GetRow=0.05,batch_row=0.02"
 )
 
 
@@ -73,8 +80,16 @@ class FaultPlan:
             return self._random.random() < fraction
 
     def request_error(self, api: str) -> OTSError | None:
+        """The error to answer instead of carrying out the request, if any."""
+        return self._draw(api, BEFORE_KINDS)
+
+    def reply_error(self, api: str) -> OTSError | None:
+        """The error to answer after the request was carried out, if any."""
+        return self._draw(api, AFTER_KINDS)
+
+    def _draw(self, api: str, kinds: frozenset[str]) -> OTSError | None:
         for rule in self.rules:
-            if rule.kind != "batch_row" and rule.applies(api) and self._hit(rule.fraction):
+            if rule.kind in kinds and rule.applies(api) and self._hit(rule.fraction):
                 return KINDS[rule.kind]()
         return None
 

@@ -241,6 +241,8 @@ class LocalServer:
             with self.storage.lock:
                 ctx = Context(self, caller.instance, api, self.now())
                 result = handler(ctx, message)
+            if self.options.faults is not None and (lost := self.options.faults.reply_error(api)):
+                raise lost
             status = 200
             body = result if isinstance(result, bytes) else result.SerializeToString()
         except OTSError as e:
