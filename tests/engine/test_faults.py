@@ -8,6 +8,10 @@ with a timeout (``done_timeout``), which only a read can tell apart from a failu
 
 from __future__ import annotations
 
+import contextlib
+import random
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,7 @@ from cliproject import CREDENTIALS, project, run, server
 from hypothesis import given
 from hypothesis import strategies as st
 from samples import DAY, events
-from tablestore import OTSServiceError
+from tablestore import OTSClient, OTSServiceError
 
 from tsmigrate import adapter, retry
 from tsmigrate.apply import apply, live_catalog
@@ -164,3 +168,67 @@ def test_retrying_repeats_a_call_until_it_passes():
     with pytest.raises(OTSServiceError):
         retry.retrying(lambda: (_ for _ in ()).throw(OTSServiceError(500, "OTSTimeout", "x")),
                        idempotent=False)
+
+
+# --- socket errors: a real TCP proxy that breaks connections ------------------------------------
+
+
+class BreakingProxy:
+    """Relays TCP to the server; a seeded fraction of client requests is dropped: the connection
+    is closed instead of forwarding (the client sees a broken connection, never an answer)."""
+
+    def __init__(self, upstream: str, fraction: float, seed: int):
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.fraction = fraction
+        self.random = random.Random(seed)
+        self.lock = threading.Lock()
+        self.dropped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(self.upstream) as server:
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+            while chunk := client.recv(65536):
+                with self.lock:
+                    drop = chunk.startswith(b"POST") and self.random.random() < self.fraction
+                    self.dropped += drop
+                if drop:
+                    client.shutdown(socket.SHUT_RDWR)
+                    return
+                server.sendall(chunk)
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_plan_and_apply_survive_broken_connections(ots_instance, fast_retries):
+    proxy = BreakingProxy(ots_instance.endpoint, fraction=0.25, seed=4)
+    try:
+        client = OTSClient(proxy.endpoint, ots_instance.access_key_id,
+                           ots_instance.access_key_secret, ots_instance.instance)
+        models = _models()
+        outcome = apply(client, models, target_identity=IDENTITY)
+        assert outcome.executed == 4
+        assert not make_plan(live_catalog(client), models).has_changes
+        assert proxy.dropped > 5
+    finally:
+        proxy.close()
