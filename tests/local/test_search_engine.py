@@ -244,8 +244,8 @@ def test_queries_match_what_the_service_would(query: md.Query, expected: list[in
     (md.TermQuery("hidden", "h"), "not indexed"),
     (md.TermQuery("n", "ten"), "does not match the type LONG"),
     (md.RangeQuery("k", 1), "does not match the type KEYWORD"),
-    (md.GeoDistanceQuery("k", "0,0", 10), "GEO_DISTANCE_QUERY is not supported"),
-    (md.NestedQuery("nest", md.MatchAllQuery()), "NESTED_QUERY is not supported"),
+    (md.GeoDistanceQuery("k", "0,0", 10), "is not a GEO_POINT field"),
+    (md.NestedQuery("nest", md.MatchAllQuery()), "is not a NESTED field"),
 ])
 def test_bad_queries_are_refused(query: md.Query, message: str) -> None:
     exc = error(search, query, DOCS)

@@ -10,12 +10,19 @@ from typing import Any
 import pytest
 from tablestore import (
     BatchWriteRowRequest,
+    BoolQuery,
     CapacityUnit,
     ColumnReturnType,
     ColumnsToGet,
     Condition,
     FieldSchema,
     FieldType,
+    GeoBoundingBoxQuery,
+    GeoDistanceQuery,
+    GeoPolygonQuery,
+    KnnVectorQuery,
+    MatchQuery,
+    NestedQuery,
     OTSClient,
     OTSServiceError,
     Percentiles,
@@ -23,15 +30,18 @@ from tablestore import (
     RangeQuery,
     ReservedThroughput,
     Row,
+    ScoreSort,
     SearchIndexMeta,
     SearchQuery,
+    Sort,
+    SortOrder,
     TableInBatchWriteRowItem,
     TableMeta,
     TableOptions,
     TermQuery,
     TermsQuery,
 )
-from tablestore.metadata import AnalyzerType
+from tablestore.metadata import AnalyzerType, VectorDataType, VectorMetricType, VectorOptions
 
 from tsmigrate.local.testing import LocalTablestore
 
@@ -51,6 +61,13 @@ def index_fields() -> list[FieldSchema]:
         FieldSchema("time", FieldType.DATE, index=True, store=True, date_formats=["yyyy-MM-dd"]),
         FieldSchema("stamp", FieldType.DATE, index=True, store=True,
                     date_formats=["yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "epoch_second"]),
+        FieldSchema("vector", FieldType.VECTOR, vector_options=VectorOptions(
+            data_type=VectorDataType.VD_FLOAT_32, metric_type=VectorMetricType.VM_COSINE, dimension=4)),
+        FieldSchema("n", FieldType.NESTED, sub_field_schemas=[
+            FieldSchema("nk", FieldType.KEYWORD, index=True, store=True),
+            FieldSchema("nl", FieldType.LONG, index=True, store=True),
+            FieldSchema("nt", FieldType.TEXT, index=True, store=True),
+        ]),
     ]
 
 
@@ -62,6 +79,7 @@ def columns(i: int) -> list[tuple[str, Any]]:
         ("time", f"2022-05-{i % 31 + 1}"),
         ("stamp", "2022-05-01T08:00:00.000+08:00" if i % 2 else str(1_651_363_201 + i)),
         ("n", json.dumps([{"nk": f"key{i:03d}", "nl": i, "nt": f"this is in nested {i}"}])),
+        ("vector", f"[{i + 1}, {i - 1}, {i + 5}, {i - 5}]"),
     ]
 
 
@@ -112,3 +130,43 @@ def test_percentiles_of_dates(client: OTSClient) -> None:
     items = client.search("t", "idx", query, ALL).agg_results[0].value
     days = [(i.key, int(i.value // 86_400_000 - 19_113 + 1)) for i in items]  # 19113: 2022-05-01
     assert days == [(50, 20), (90, 29)]
+
+
+def test_geo_queries(client: OTSClient) -> None:
+    """The SDK test's figures: points on a 10 x 100 grid from (30, 114) in 0.05 degree steps."""
+    assert total(client, GeoDistanceQuery("g", "32.5,116.5", 300000)) == 668
+    # 30.2 lies on the box's edge; stored quantized, it falls just outside, as on the service.
+    assert total(client, GeoBoundingBoxQuery("g", "30.9,112.0", "30.2,119.0")) == 500
+    polygon = ["30.9,112.0", "30.5,115.0", "30.3, 117.0", "30.2,119.0"]
+    assert total(client, GeoPolygonQuery("g", polygon)) == 90
+    with pytest.raises(OTSServiceError):
+        total(client, GeoDistanceQuery("k", "32.5,116.5", 1000))
+
+
+def test_nested_queries(client: OTSClient) -> None:
+    assert total(client, NestedQuery("n", TermQuery("n.nk", "key199"))) == 1
+    assert total(client, NestedQuery("n", RangeQuery("n.nl", 100, 300, include_lower=True,
+                                                    include_upper=True))) == 201
+    both = BoolQuery(must_queries=[TermQuery("n.nk", "key005"), MatchQuery("n.nt", "nested")])
+    assert total(client, NestedQuery("n", both)) == 1
+    with pytest.raises(OTSServiceError):
+        total(client, NestedQuery("k", TermQuery("k", "key001")))
+
+
+def test_knn_vector_query_exact(client: OTSClient) -> None:
+    knn = KnnVectorQuery(field_name="vector", top_k=10, float32_query_vector=[1, -1, 5, -5])
+    by_score = Sort(sorters=[ScoreSort(sort_order=SortOrder.DESC)])
+    response = client.search("t", "idx", SearchQuery(knn, limit=100, sort=by_score),
+                             ColumnsToGet(return_type=ColumnReturnType.ALL_FROM_INDEX))
+    assert len(response.rows) == 100  # a top_k below the limit is raised to it, as on the service
+    assert response.rows[0][0] == [("PK1", 0), ("PK2", "pk_0")]  # the same vector: cosine 1
+    scores = [hit.score for hit in response.search_hits]
+    assert scores[0] == pytest.approx(1.0) and scores == sorted(scores, reverse=True)
+    few = client.search("t", "idx", SearchQuery(KnnVectorQuery("vector", 3, [1, -1, 5, -5],
+                                                               filter=TermQuery("d", 0.1)), limit=3), ALL)
+    assert [pk[0][1] for pk, _ in few.rows] == [0, 1, 2]
+    for bad in (KnnVectorQuery("vector", 10, [1, 2]), KnnVectorQuery("l", 10, [1, 2, 3, 4]),
+                BoolQuery(must_queries=[KnnVectorQuery("vector", 10, [1, -1, 5, -5])])):
+        with pytest.raises(OTSServiceError) as info:
+            client.search("t", "idx", SearchQuery(bad), ALL)
+        assert info.value.code == "OTSParameterInvalid"

@@ -31,8 +31,13 @@ minimum_should_match), match_phrase (consecutive tokens), bool (must / must_not 
 should + minimum_should_match, ES semantics), const_score, function_score (score ignored),
 dis_max. Term-level queries on TEXT compare single tokens, unanalysed. A query on a field not in
 the schema, or not indexed, is an error, as is a query value of the wrong type (ints and floats
-are interchangeable on numeric fields). NESTED, geo, KNN and other queries are refused as
-unsupported, as are collapse and highlight. Aggregations and group-bys: search_aggs.py.
+are interchangeable on numeric fields). Geo distance / bounding box / polygon compare points
+quantized as the index stores them; nested queries match when one object of the NESTED field
+matches the whole inner query (its fields named `path.sub`); a KNN vector query (top level only)
+is an exact search: the top_k (at least limit) most similar vectors passing its filter, scored as
+the service scores (cosine (1+cos)/2, dot product (1+dot)/2, euclidean 1/(1+d^2)), ordered by
+score unless sorted otherwise, with the scores in search_hits. Collapse is refused.
+Aggregations and group-bys: search_aggs.py.
 
 Sorting: FieldSort (asc/desc, mode MIN/MAX/AVG for arrays; default MIN asc / MAX desc; missing
 values last either way), PrimaryKeySort, DocSort (= PK order), ScoreSort (every score is the
@@ -57,7 +62,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
+import math
 import re
 import threading
 import time
@@ -162,14 +169,16 @@ def _analyze(field: SearchField, text: str) -> list[str]:
 
 
 class _Doc:
-    """A document being evaluated, with its field values and tokens cached."""
+    """A document being evaluated, with its field values and tokens cached, and its score
+    (1.0 unless a KNN vector query scored it)."""
 
-    __slots__ = ("_tokens", "_values", "columns", "doc", "pk_pos")
+    __slots__ = ("_tokens", "_values", "columns", "doc", "pk_pos", "score")
 
     def __init__(self, doc: Document, pk_pos: Mapping[str, int]) -> None:
         self.doc = doc
         self.columns: Mapping[str, object] = doc[1]
         self.pk_pos = pk_pos
+        self.score = 1.0
         self._values: dict[str, list[Any]] = {}
         self._tokens: dict[str, tuple[list[str], set[str]]] = {}
 
@@ -412,6 +421,160 @@ def _bool(schema: IndexSchemaInfo, body: bytes) -> _Pred:
     return test
 
 
+# Geo points are compared as the index stores them: latitude and longitude quantized to 32 bits
+# (Lucene's LatLonPoint), so a point on a box's edge may fall just outside, as on the service.
+_LAT_STEP = 180.0 / 2**32
+_LON_STEP = 360.0 / 2**32
+
+
+def _geo_field(schema: IndexSchemaInfo, name: str) -> SearchField:
+    field = _field(schema, name)
+    if field.type != spb.GEO_POINT:
+        raise invalid(f"Field [{name}] of type {FIELD_TYPE_NAMES[field.type]} is not a GEO_POINT field.")
+    return field
+
+
+def _point(text: str, what: str) -> tuple[float, float]:
+    try:
+        lat, lon = (float(p) for p in text.split(","))
+    except ValueError:
+        raise invalid(f"Invalid geo point of {what}: {text!r}, expected \"lat,lon\".") from None
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        raise invalid(f"Invalid geo point of {what}: {text!r}, out of range.")
+    return lat, lon
+
+
+def _geo_distance(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.GeoDistanceQuery, body, "GeoDistanceQuery")
+    field = _geo_field(schema, q.field_name)
+    lat0, lon0 = _point(q.center_point, "center_point")
+    if q.distance < 0:
+        raise invalid(f"Invalid distance: {q.distance}, it must not be negative.")
+
+    def near(text: str) -> bool:
+        lat, lon = _quantized(text)
+        return search_aggs.haversine_m(lat0, lon0, lat, lon) <= q.distance
+
+    return lambda d: any(near(v) for v in d.values(field))
+
+
+def _quantized(text: str) -> tuple[float, float]:
+    lat, lon = (float(p) for p in text.split(","))
+    return math.floor(lat / _LAT_STEP) * _LAT_STEP, math.floor(lon / _LON_STEP) * _LON_STEP
+
+
+def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.GeoBoundingBoxQuery, body, "GeoBoundingBoxQuery")
+    field = _geo_field(schema, q.field_name)
+    top, left = _point(q.top_left, "top_left")
+    bottom, right = _point(q.bottom_right, "bottom_right")
+    if top < bottom:
+        raise invalid("The top of the bounding box must not be below its bottom.")
+    lat_lo, lat_hi = math.ceil(bottom / _LAT_STEP), math.floor(top / _LAT_STEP)
+    lon_lo, lon_hi = math.ceil(left / _LON_STEP), math.floor(right / _LON_STEP)
+
+    def inside(text: str) -> bool:
+        lat, lon = (float(p) for p in text.split(","))
+        y, x = math.floor(lat / _LAT_STEP), math.floor(lon / _LON_STEP)
+        within_lon = lon_lo <= x <= lon_hi if lon_lo <= lon_hi else (x >= lon_lo or x <= lon_hi)
+        return lat_lo <= y <= lat_hi and within_lon
+
+    return lambda d: any(inside(v) for v in d.values(field))
+
+
+def _geo_polygon(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    q = _parse(spb.GeoPolygonQuery, body, "GeoPolygonQuery")
+    field = _geo_field(schema, q.field_name)
+    vertices = [_point(p, "the polygon") for p in q.points]
+    if len(vertices) < 3:
+        raise invalid("A geo polygon needs at least 3 points.")
+
+    def inside(text: str) -> bool:
+        lat, lon = _quantized(text)
+        hit = False
+        for (y1, x1), (y2, x2) in zip(vertices, vertices[1:] + vertices[:1], strict=True):
+            if (y1 > lat) != (y2 > lat) and lon < x1 + (lat - y1) * (x2 - x1) / (y2 - y1):
+                hit = not hit
+        return hit
+
+    return lambda d: any(inside(v) for v in d.values(field))
+
+
+def _nested(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    """A query on the objects of a NESTED field: true when one object matches it entirely."""
+    q = _parse(spb.NestedQuery, body, "NestedQuery")
+    parent = schema.fields.get(q.path)
+    if parent is None or parent.type != spb.NESTED:
+        raise invalid(f"Path [{q.path}] is not a NESTED field of search index [{schema.index_name}].")
+    sub_fields = {f"{q.path}.{f.name}": dataclasses.replace(f, name=f"{q.path}.{f.name}", source=f.name)
+                  for f in parent.sub_fields}
+    inner = _compile(dataclasses.replace(schema, fields=sub_fields), q.query)
+    no_pk: dict[str, int] = {}
+
+    def test(d: _Doc) -> bool:
+        for text in d.values(parent):
+            for obj in json.loads(text):
+                columns = {k: json.dumps(v) if isinstance(v, list) else v for k, v in obj.items()}
+                if inner(_Doc((d.doc[0], columns), no_pk)):
+                    return True
+        return False
+
+    return test
+
+
+MAX_KNN_TOP_K = 1000
+
+
+@dataclass(frozen=True)
+class _Knn:
+    """A KNN vector query (exact search): the `k` documents most similar to `vector` that pass
+    `filter`, scored as the service scores them."""
+
+    field: SearchField
+    vector: tuple[float, ...]
+    top_k: int
+    filter: _Pred
+    min_score: float
+
+    def score(self, d: _Doc) -> float | None:
+        values = d.values(self.field)
+        if not values:
+            return None
+        try:
+            stored = json.loads(values[0])
+            vector = [float(x) for x in stored]
+        except (ValueError, TypeError):
+            return None
+        if len(vector) != len(self.vector):
+            return None
+        metric = self.field.vector_metric
+        if metric == spb.VM_EUCLIDEAN:
+            return 1 / (1 + sum((a - b) ** 2 for a, b in zip(vector, self.vector, strict=True)))
+        dot = sum(a * b for a, b in zip(vector, self.vector, strict=True))
+        if metric == spb.VM_DOT_PRODUCT:
+            return (1 + dot) / 2
+        norms = math.sqrt(sum(a * a for a in vector)) * math.sqrt(sum(b * b for b in self.vector))
+        return (1 + dot / norms) / 2 if norms else None
+
+
+def _knn(schema: IndexSchemaInfo, body: bytes) -> _Knn:
+    q = _parse(spb.KnnVectorQuery, body, "KnnVectorQuery")
+    field = _field(schema, q.field_name)
+    if field.type != spb.VECTOR:
+        raise invalid(f"Field [{q.field_name}] of type {FIELD_TYPE_NAMES[field.type]} is not a VECTOR field.")
+    if not 0 < q.top_k <= MAX_KNN_TOP_K:
+        raise invalid(f"[knn_vector_query.top_k] must be in range (0, {MAX_KNN_TOP_K}]: {q.top_k}.")
+    if len(q.float32_query_vector) != field.vector_dimension:
+        raise invalid(f"The dimension of the query vector ({len(q.float32_query_vector)}) does not match "
+                      f"field [{field.name}] ({field.vector_dimension}).")
+    filter_ = _compile(schema, q.filter) if q.HasField("filter") else (lambda d: True)
+    return _Knn(field, tuple(q.float32_query_vector), q.top_k, filter_, q.min_score)
+
+
+def _refuse_nested_knn(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+    raise invalid("KnnVectorQuery must be the top-level query of a Search.")
+
+
 def _const_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
     return _compile(schema, _parse(spb.ConstScoreQuery, body, "ConstScoreQuery").filter)
 
@@ -443,6 +606,11 @@ _QUERIES: dict[int, Callable[[IndexSchemaInfo, bytes], _Pred]] = {
     spb.CONST_SCORE_QUERY: _const_score,
     spb.FUNCTION_SCORE_QUERY: _function_score,
     spb.DIS_MAX_QUERY: _dis_max,
+    spb.GEO_DISTANCE_QUERY: _geo_distance,
+    spb.GEO_BOUNDING_BOX_QUERY: _geo_bounding_box,
+    spb.GEO_POLYGON_QUERY: _geo_polygon,
+    spb.NESTED_QUERY: _nested,
+    spb.KNN_VECTOR_QUERY: _refuse_nested_knn,
 }
 
 
@@ -461,16 +629,25 @@ def _compile(schema: IndexSchemaInfo, query: spb.Query) -> _Pred:
 
 @dataclass(frozen=True)
 class _SortKey:
-    field: SearchField | None  # None: the primary key
+    field: SearchField | None  # None: the primary key (or the score, with `score`)
     descending: bool
     mode: int | None
+    score: bool = False
+
+    @property
+    def is_pk(self) -> bool:
+        return self.field is None and not self.score
 
     def spec(self) -> list[Any]:
+        if self.score:
+            return ["score", self.descending]
         if self.field is None:
             return ["pk", self.descending]
         return ["field", self.field.name, self.descending, self.mode]
 
     def value(self, d: _Doc, pk: tuple[Any, ...]) -> Any:
+        if self.score:
+            return d.score
         if self.field is None:
             return pk
         values = d.values(self.field)
@@ -496,7 +673,8 @@ def _sort_field(schema: IndexSchemaInfo, name: str) -> SearchField:
     return field
 
 
-def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None) -> list[_SortKey]:
+def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None, scored: bool = False) -> list[_SortKey]:
+    """The sort keys of a request; `scored`: hits have scores (KNN), which order them by default."""
     keys: list[_SortKey] = []
     if sort is not None and sort.sorter:
         for sorter in sort.sorter:
@@ -512,14 +690,19 @@ def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None) -> list[_SortKey]
                 keys.append(_SortKey(None, order == spb.SORT_ORDER_DESC, None))
             elif sorter.HasField("geo_distance_sort"):
                 raise _unsupported("GeoDistanceSort")
-            elif not sorter.HasField("score_sort"):
+            elif sorter.HasField("score_sort"):
+                # Without KNN every hit has the same constant score, so it adds no key.
+                if scored:
+                    keys.append(_SortKey(None, sorter.score_sort.order != spb.SORT_ORDER_ASC, None, True))
+            else:
                 raise invalid("Empty sorter.")
-            # ScoreSort: every hit has the same constant score, so it adds no key.
+    elif scored:
+        keys.append(_SortKey(None, True, None, True))
     else:
         for s in schema.index_sort:
             field = None if s.field is None else schema.fields[s.field]
             keys.append(_SortKey(field, s.descending, s.mode))
-    pk_at = next((i for i, k in enumerate(keys) if k.field is None), None)
+    pk_at = next((i for i, k in enumerate(keys) if k.is_pk), None)
     if pk_at is None:
         keys.append(_SortKey(None, False, None))
     else:
@@ -652,7 +835,8 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     if offset + limit > MAX_OFFSET_PLUS_LIMIT:
         raise invalid(f"The sum of offset and limit must be no more than {MAX_OFFSET_PLUS_LIMIT}: "
                       f"offset {offset}, limit {limit}.")
-    keys = _sort_keys(schema, query.sort if query.HasField("sort") else None)
+    knn = _knn(schema, query.query.query) if query.query.type == spb.KNN_VECTOR_QUERY else None
+    keys = _sort_keys(schema, query.sort if query.HasField("sort") else None, scored=knn is not None)
     after = None
     if query.token:
         token = _decode_token(query.token)
@@ -664,19 +848,14 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                 or len(token["after"]) != len(keys):
             raise invalid("Invalid token: it does not belong to this sort.")
         after = _unpack(token["after"])
-        if any(k.field is None and not isinstance(a, tuple) for k, a in zip(keys, after, strict=True)):
+        if any(k.is_pk and not isinstance(a, tuple) for k, a in zip(keys, after, strict=True)):
             raise invalid("Invalid token.")
     columns_for = _return_columns(schema, ctg)
-    predicate = _compile(schema, query.query)
     pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
-    hits: list[tuple[tuple[Any, ...], Document]] = []
-    matched: list[_Doc] = []
-    for doc in documents:
-        d = _Doc(doc, pk_pos)
-        if predicate(d):
-            pk = _pk_tuple(doc)
-            hits.append((tuple(k.value(d, pk) for k in keys), doc))
-            matched.append(d)
+    matched = _knn_matches(knn, documents, pk_pos, limit) if knn is not None else \
+        _matches(_compile(schema, query.query), documents, pk_pos)
+    hits = [(tuple(k.value(d, _pk_tuple(d.doc)) for k in keys), d.doc) for d in matched]
+    scores = {id(d.doc): d.score for d in matched}
     _order(hits, keys)
     start = 0
     if after is not None:
@@ -705,10 +884,37 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
             response.group_bys = groups.SerializeToString()
     for _, doc in page:
         response.rows.append(_encode_doc(doc, columns_for(doc[1])))
+        if knn is not None:
+            response.search_hits.add(score=scores[id(doc)])
     if page and first + limit < len(hits):
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})
     return response
+
+
+def _matches(predicate: _Pred, documents: Iterable[Document], pk_pos: Mapping[str, int]) -> list[_Doc]:
+    out = []
+    for doc in documents:
+        d = _Doc(doc, pk_pos)
+        if predicate(d):
+            out.append(d)
+    return out
+
+
+def _knn_matches(knn: _Knn, documents: Iterable[Document], pk_pos: Mapping[str, int],
+                 limit: int) -> list[_Doc]:
+    """The top_k most similar documents (top_k raised to limit, as the service does)."""
+    scored = []
+    for doc in documents:
+        d = _Doc(doc, pk_pos)
+        if not knn.filter(d):
+            continue
+        score = knn.score(d)
+        if score is not None and score >= knn.min_score:
+            d.score = score
+            scored.append(d)
+    scored.sort(key=lambda d: (-d.score, _pk_tuple(d.doc)))
+    return scored[:max(knn.top_k, limit)]
 
 
 def _agg_tools(schema: IndexSchemaInfo,
@@ -730,6 +936,8 @@ def _token_sort_keys(schema: IndexSchemaInfo, spec: list[Any]) -> list[_SortKey]
     for item in spec:
         if item[:1] == ["pk"] and len(item) == 2:
             keys.append(_SortKey(None, bool(item[1]), None))
+        elif item[:1] == ["score"] and len(item) == 2:
+            keys.append(_SortKey(None, bool(item[1]), None, True))
         elif item[:1] == ["field"] and len(item) == 4 and isinstance(item[1], str):
             keys.append(_SortKey(_sort_field(schema, item[1]), bool(item[2]), item[3]))
         else:

@@ -80,6 +80,8 @@ class SearchField:
     virtual: bool
     sub_fields: tuple[SearchField, ...]
     date_formats: tuple[str, ...] = ()  # DATE: the patterns string values are parsed with
+    vector_dimension: int = 0  # VECTOR: its dimension and metric (search_pb2.VectorMetricType)
+    vector_metric: int = 0
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,8 @@ def _field(proto: spb.FieldSchema) -> SearchField:
         virtual=virtual,
         sub_fields=tuple(_field(f) for f in proto.field_schemas),
         date_formats=tuple(proto.date_formats),
+        vector_dimension=proto.vector_options.dimension,
+        vector_metric=proto.vector_options.metric_type,
     )
 
 
