@@ -21,12 +21,14 @@ from tablestore import (
     GeoDistanceQuery,
     GeoPolygonQuery,
     KnnVectorQuery,
+    MatchPhraseQuery,
     MatchQuery,
     NestedQuery,
     OTSClient,
     OTSServiceError,
     Percentiles,
     PutRowItem,
+    QueryOperator,
     RangeQuery,
     ReservedThroughput,
     Row,
@@ -41,11 +43,20 @@ from tablestore import (
     TermQuery,
     TermsQuery,
 )
-from tablestore.metadata import AnalyzerType, VectorDataType, VectorMetricType, VectorOptions
+from tablestore.metadata import (
+    AnalyzerType,
+    FuzzyAnalyzerParameter,
+    VectorDataType,
+    VectorMetricType,
+    VectorOptions,
+)
 
 from tsmigrate.local.testing import LocalTablestore
 
 ROWS = 1000
+NAMES = "马尔代夫巴厘岛苏梅岛"
+TITLES = ["菊花茶", "我爱喝花茶", "菊花开了", "茶叶蛋", "一杯菊花茶和一杯红茶", "今天天气不错", "花茶的做法",
+          "红茶", "绿茶", "喝茶"]
 ALL = ColumnsToGet(return_type=ColumnReturnType.ALL)
 
 
@@ -63,6 +74,10 @@ def index_fields() -> list[FieldSchema]:
                     date_formats=["yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "epoch_second"]),
         FieldSchema("vector", FieldType.VECTOR, vector_options=VectorOptions(
             data_type=VectorDataType.VD_FLOAT_32, metric_type=VectorMetricType.VM_COSINE, dimension=4)),
+        FieldSchema("name", FieldType.TEXT, index=True, store=True, analyzer=AnalyzerType.FUZZY,
+                    analyzer_parameter=FuzzyAnalyzerParameter()),
+        FieldSchema("title", FieldType.TEXT, index=True, analyzer=AnalyzerType.MAXWORD),
+        FieldSchema("brief", FieldType.TEXT, index=True, analyzer=AnalyzerType.MINWORD),
         FieldSchema("n", FieldType.NESTED, sub_field_schemas=[
             FieldSchema("nk", FieldType.KEYWORD, index=True, store=True),
             FieldSchema("nl", FieldType.LONG, index=True, store=True),
@@ -80,6 +95,9 @@ def columns(i: int) -> list[tuple[str, Any]]:
         ("stamp", "2022-05-01T08:00:00.000+08:00" if i % 2 else str(1_651_363_201 + i)),
         ("n", json.dumps([{"nk": f"key{i:03d}", "nl": i, "nt": f"this is in nested {i}"}])),
         ("vector", f"[{i + 1}, {i - 1}, {i + 5}, {i - 5}]"),
+        ("name", NAMES[i // 100] + NAMES[i % 10]),
+        ("title", TITLES[i % len(TITLES)]),
+        ("brief", TITLES[i % len(TITLES)]),
     ]
 
 
@@ -170,3 +188,40 @@ def test_knn_vector_query_exact(client: OTSClient) -> None:
         with pytest.raises(OTSServiceError) as info:
             client.search("t", "idx", SearchQuery(bad), ALL)
         assert info.value.code == "OTSParameterInvalid"
+
+
+def test_fuzzy_analyzer_finds_substrings(client: OTSClient) -> None:
+    """As the SDK test: names are two of 马尔代夫巴厘岛苏梅岛; 苏 is in 100 + 100 - 10 of them."""
+    assert total(client, MatchPhraseQuery("name", "苏")) == 190
+    assert total(client, MatchPhraseQuery("name", "苏梅")) == 10
+    assert total(client, MatchQuery("name", "巴厘")) == 10  # 巴 first (rows 400-499), 厘 second
+    assert total(client, MatchQuery("name", "巴")) == 190
+
+
+def test_dictionary_analyzers_segment_words(client: OTSClient) -> None:
+    per_title = ROWS // len(TITLES)
+    # max_word: 菊花茶 is 菊花, 花茶 and 菊花茶; any of them matches (OR).
+    matching = ["菊花茶", "我爱喝花茶", "菊花开了", "一杯菊花茶和一杯红茶", "花茶的做法"]
+    assert total(client, MatchQuery("title", "菊花茶")) == len(matching) * per_title
+    assert total(client, MatchQuery("title", "菊花茶", operator=QueryOperator.AND)) == 2 * per_title
+    assert total(client, MatchPhraseQuery("title", "菊花茶")) == 2 * per_title
+    assert total(client, TermQuery("title", "花茶")) == 4 * per_title
+    # min_word keeps 菊花茶 whole: 菊花 alone is another word.
+    assert total(client, MatchQuery("brief", "菊花")) == per_title
+    assert total(client, MatchQuery("brief", "红茶")) == 2 * per_title
+
+
+def test_single_word_splits_chinese_into_characters(ots_client: OTSClient) -> None:
+    ots_client.create_table(TableMeta("cn", [("id", "INTEGER")]), TableOptions(),
+                            ReservedThroughput(CapacityUnit(0, 0)))
+    text = FieldSchema("t", FieldType.TEXT, index=True, analyzer=AnalyzerType.SINGLEWORD)
+    ots_client.create_search_index("cn", "idx", SearchIndexMeta([text]))
+    for i, value in enumerate(["巴厘岛 Beach", "马尔代夫", "岛屿"]):
+        ots_client.put_row("cn", Row([("id", i)], [("t", value)]))
+
+    def count(query: Any) -> int:
+        return ots_client.search("cn", "idx", SearchQuery(query, get_total_count=True), ALL).total_count
+
+    assert count(TermQuery("t", "岛")) == 2
+    assert count(MatchPhraseQuery("t", "厘岛")) == 1
+    assert count(MatchQuery("t", "beach")) == 1

@@ -22,9 +22,8 @@ Indexing (what a document contributes to a field; anything else is dirty data, n
     DATE strings are parsed with the field's date_formats (search_dates.py) into epoch ms;
     query values given as strings for LONG, DOUBLE and DATE fields are converted likewise.
     Virtual fields read their first source column. PK columns can be fields.
-    TEXT is analysed into word tokens (``\\w+``), lower-cased unless single_word's
-    case_sensitive; the split analyzer splits on its delimiter (default whitespace) instead.
-    max_word / min_word / fuzzy analyse like single_word.
+    TEXT is analysed by its analyzer (search_analyzers.py): single_word, split, fuzzy
+    (n-grams), max_word / min_word (dictionary segmentation with jieba).
 
 Queries: match_all, term, terms, range, prefix, wildcard, exists, match (OR/AND,
 minimum_should_match), match_phrase (consecutive tokens), bool (must / must_not / filter /
@@ -87,6 +86,7 @@ from tsmigrate.local.plainbuffer import (
     encode_row,
     encode_value,
 )
+from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze, phrase_tokens
 from tsmigrate.local.search_dates import parse_date
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
 from tsmigrate.local.utf8 import check_utf8
@@ -102,7 +102,6 @@ DEFAULT_ALIVE_TIME = 60
 
 _NUMERIC = (spb.LONG, spb.DATE, spb.DOUBLE)
 _STRINGS = (spb.KEYWORD, spb.TEXT)
-_WORD = re.compile(r"\w+")
 _DIRTY = object()
 _Pred = Callable[["_Doc"], bool]
 
@@ -163,9 +162,14 @@ def _index_values(field: SearchField, raw: object) -> list[Any]:
 
 
 def _analyze(field: SearchField, text: str) -> list[str]:
-    if field.analyzer == "split":
-        return [t for t in text.lower().split(field.delimiter) if t]
-    return _WORD.findall(text if field.case_sensitive else text.lower())
+    return analyze(field.analyzer, text, case_sensitive=field.case_sensitive,
+                   delimiter=field.delimiter, ngram=field.ngram)
+
+
+def _substring(field: SearchField, text: str) -> _Pred:
+    """Match and match-phrase on a fuzzy field: the n-grams find the text inside a value."""
+    needle = text.lower()
+    return lambda d: bool(needle) and any(needle in v.lower() for v in d.values(field))
 
 
 class _Doc:
@@ -372,6 +376,8 @@ def _match(schema: IndexSchemaInfo, body: bytes) -> _Pred:
     if field.type != spb.TEXT:
         value = _text_value(field, q.text)
         return lambda d: value in d.values(field)
+    if field.analyzer == "fuzzy":
+        return _substring(field, q.text)
     wanted = set(_analyze(field, q.text))
     if q.operator == spb.AND:
         return lambda d: bool(wanted) and wanted <= d.tokens(field)[1]
@@ -385,13 +391,19 @@ def _match_phrase(schema: IndexSchemaInfo, body: bytes) -> _Pred:
     if field.type != spb.TEXT:
         value = _text_value(field, q.text)
         return lambda d: value in d.values(field)
-    phrase = _analyze(field, q.text)
+    if field.analyzer == "fuzzy":
+        return _substring(field, q.text)
+    options = {"case_sensitive": field.case_sensitive, "delimiter": field.delimiter}
+    phrase = phrase_tokens(field.analyzer, q.text, **options)
     n = len(phrase)
+    dictionary = field.analyzer in DICTIONARY_ANALYZERS
 
     def contains(d: _Doc) -> bool:
         seq, present = d.tokens(field)
-        if not n or not present.issuperset(phrase):
+        if not n or (not dictionary and not present.issuperset(phrase)):
             return False
+        if dictionary:  # the doc's non-overlapping words
+            seq = [t for v in d.values(field) for t in phrase_tokens(field.analyzer, v)]
         return any(seq[i:i + n] == phrase for i in range(len(seq) - n + 1))
 
     return contains

@@ -82,6 +82,7 @@ class SearchField:
     date_formats: tuple[str, ...] = ()  # DATE: the patterns string values are parsed with
     vector_dimension: int = 0  # VECTOR: its dimension and metric (search_pb2.VectorMetricType)
     vector_metric: int = 0
+    ngram: tuple[int, int] = (1, 7)  # fuzzy analyzer: min_chars, max_chars
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,12 @@ def _field(proto: spb.FieldSchema) -> SearchField:
         split = spb.SplitAnalyzerParameter()
         split.ParseFromString(proto.analyzer_parameter)
         delimiter = split.delimiter or None
+    ngram = (1, 7)
+    if proto.analyzer_parameter and proto.analyzer == "fuzzy":
+        fuzzy = spb.FuzzyAnalyzerParameter()
+        fuzzy.ParseFromString(proto.analyzer_parameter)
+        ngram = (fuzzy.min_chars if fuzzy.HasField("min_chars") else 1,
+                 fuzzy.max_chars if fuzzy.HasField("max_chars") else 7)
     virtual = proto.is_virtual_field
     return SearchField(
         name=proto.field_name,
@@ -305,6 +312,7 @@ def _field(proto: spb.FieldSchema) -> SearchField:
         virtual=virtual,
         sub_fields=tuple(_field(f) for f in proto.field_schemas),
         date_formats=tuple(proto.date_formats),
+        ngram=ngram,
         vector_dimension=proto.vector_options.dimension,
         vector_metric=proto.vector_options.metric_type,
     )

@@ -1,0 +1,65 @@
+"""Analyzers of TEXT fields: how text becomes the tokens that match queries.
+
+- single_word (the default): Latin letters and digits form words, every CJK character is a
+  token of its own (as the service's standard tokenizer); lower-cased unless case_sensitive.
+- split: split on the delimiter (default whitespace), lower-cased.
+- min_word / max_word: dictionary-based Chinese segmentation, done with jieba (the optional
+  extra `tsmigrate[analyzers]`): min_word is jieba's accurate mode (fewest words), max_word its
+  search mode (every dictionary word inside longer ones too: 菊花茶 -> 菊花, 花茶, 菊花茶).
+  Phrase matching on them uses the accurate mode, whose tokens do not overlap.
+- fuzzy: n-grams of `min_chars` to `max_chars` characters (default 1 to 7), lower-cased; match
+  and match-phrase queries on a fuzzy field find the text as a substring, as the n-grams do.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from tsmigrate.local.errors import invalid
+
+DICTIONARY_ANALYZERS = ("max_word", "min_word")
+_SINGLE_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|"
+                          r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_jieba: Any = None
+
+
+def _segmenter() -> Any:
+    global _jieba
+    if _jieba is None:
+        try:
+            import jieba  # the optional extra, loaded on first use
+        except ImportError:
+            raise invalid("The max_word and min_word analyzers need a Chinese segmenter: "
+                          "install tsmigrate[analyzers] (jieba).") from None
+        jieba.setLogLevel(logging.WARNING)
+        _jieba = jieba
+    return _jieba
+
+
+def _words(tokens: Any) -> list[str]:
+    return [t.lower() for t in tokens if t.strip() and _SINGLE_WORD.match(t)]
+
+
+def analyze(analyzer: str | None, text: str, *, case_sensitive: bool = False,
+            delimiter: str | None = None, ngram: tuple[int, int] = (1, 7)) -> list[str]:
+    """The tokens of `text`, in order."""
+    if analyzer == "split":
+        return [t for t in text.lower().split(delimiter) if t]
+    if analyzer == "max_word":
+        return _words(_segmenter().cut_for_search(text))
+    if analyzer == "min_word":
+        return _words(_segmenter().cut(text))
+    if analyzer == "fuzzy":
+        low, high = ngram
+        lowered = text.lower()
+        return [lowered[i:i + n] for n in range(low, high + 1) for i in range(len(lowered) - n + 1)]
+    return _SINGLE_WORD.findall(text if case_sensitive else text.lower())
+
+
+def phrase_tokens(analyzer: str | None, text: str, **options: Any) -> list[str]:
+    """The tokens a phrase is matched with: non-overlapping ones (accurate mode for max_word)."""
+    if analyzer in DICTIONARY_ANALYZERS:
+        return _words(_segmenter().cut(text))
+    return analyze(analyzer, text, **options)
