@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, ClassVar, get_args
 
 import attrs
 
 from tsmigrate import schema
 from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError
+from tsmigrate.families import Monthly
 from tsmigrate.keys import Derivation
 from tsmigrate.validate import validate_catalog
 
@@ -32,6 +35,9 @@ PYTHON_TYPES: dict[Any, str] = {
     bytes: schema.BINARY,
     float: schema.DOUBLE,
     bool: schema.BOOLEAN,
+    # Stored as INTEGER: a datetime as epoch milliseconds, a Decimal (money) in minor units.
+    datetime: schema.INTEGER,
+    Decimal: schema.INTEGER,
 }
 _TYPE_NAMES = {"STRING", "INTEGER", "BINARY", "DOUBLE", "BOOLEAN"}
 
@@ -103,6 +109,7 @@ class PrimaryKey(_Declaration):
         derive: Derivation | None = None,
         name: str | None = None,
     ):
+        self.python_type = type
         self.type = column_type(type)
         self.auto_increment = auto_increment
         self.derive = derive
@@ -118,12 +125,20 @@ class PrimaryKey(_Declaration):
 
 
 class Column(_Declaration):
-    """An attribute column. ``defined=True`` makes it a predefined column (needed by indexes)."""
+    """An attribute column. ``defined=True`` makes it a predefined column (needed by indexes).
 
-    def __init__(self, type: Any, *, defined: bool = False, name: str | None = None):
+    ``Column(datetime)`` is stored as epoch milliseconds (INTEGER); ``Column(Decimal, scale=2)``
+    is money stored as an INTEGER of minor units (cents), never as a DOUBLE.
+    """
+
+    def __init__(
+        self, type: Any, *, defined: bool = False, name: str | None = None, scale: int | None = None
+    ):
+        self.python_type = type
         self.type = column_type(type)
         self.defined = defined
         self.column_name = name
+        self.scale = scale
 
     @property
     def column(self) -> str:
@@ -287,12 +302,58 @@ class AccessPattern(_Declaration):
         )
 
 
+# --- stored values -------------------------------------------------------------------------------
+
+
+def stored_value(declaration: PrimaryKey | Column, value: Any) -> Any:
+    """A field's Python value as Tablestore stores it: a datetime as epoch milliseconds, a
+    Decimal as an integer of minor units; other values unchanged (None stays None)."""
+    python_type = declaration.python_type
+    if value is None or (python_type is not datetime and python_type is not Decimal):
+        return value
+    if python_type is datetime:
+        if not isinstance(value, datetime):
+            return value  # epoch milliseconds given directly
+        if value.tzinfo is None:
+            raise ValueError(
+                f"field {declaration.name!r}: a naive datetime has no time zone; "
+                "give an aware one (tzinfo=timezone.utc)"
+            )
+        return int(value.timestamp() * 1000)
+    if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
+        raise ValueError(
+            f"field {declaration.name!r} is money: give a Decimal (or an int of minor units), "
+            f"not {type(value).__name__}"
+        )
+    if isinstance(value, int):
+        return value
+    minor = value.scaleb(declaration.scale)
+    if minor != minor.to_integral_value():
+        raise ValueError(
+            f"field {declaration.name!r} = {value} has more than {declaration.scale} decimal "
+            "places; round it before storing"
+        )
+    return int(minor)
+
+
+def python_value(declaration: PrimaryKey | Column, stored: Any) -> Any:
+    """The inverse of ``stored_value``."""
+    python_type = declaration.python_type
+    if python_type is datetime and isinstance(stored, int):
+        return datetime.fromtimestamp(stored / 1000, tz=timezone.utc)
+    if python_type is Decimal and isinstance(stored, int):
+        return Decimal(stored).scaleb(-declaration.scale)
+    return stored
+
+
 # --- the Model base ------------------------------------------------------------------------------
 
 _OPTIONS = {
     "table", "ttl", "max_versions", "max_time_deviation", "allow_update", "reserved_read",
     "reserved_write", "stream", "replaces", "abstract", "writes", "lint_ignore",
+    "version", "request_id_column", "family",
 }
+DEFAULT_REQUEST_ID_COLUMN = "_request_id"
 WRITE_STYLES = ("put", "update")
 _REGISTRY: list[type[Model]] = []
 
@@ -304,7 +365,10 @@ class Model:
     max_versions, max_time_deviation (seconds), allow_update, reserved_read, reserved_write,
     stream (True, False or an expiration such as '24h'), replaces (the table a rewrite replaces),
     writes ('put' or 'update': how services write rows), lint_ignore ({code: reason}),
-    abstract (a base class that declares shared fields but no table).
+    abstract (a base class that declares shared fields but no table); for services (see
+    ``tsmigrate.service``): version (an int Column field used for optimistic locking),
+    request_id_column (where idempotent creates record their request id; default
+    '_request_id'), family (``Monthly(...)``: one table per month).
     """
 
     __tsmigrate_abstract__: ClassVar[bool] = True
@@ -415,6 +479,8 @@ class Model:
                     f"rename the attribute and keep the column name with name={declaration.name!r}",
                 ))
         columns = cls._declared(Column)
+        problems.extend(cls._type_problems())
+        problems.extend(cls._service_option_problems(opts))
         primary_key = []
         for pk in cls._declared(PrimaryKey):
             column = pk.compile()
@@ -466,6 +532,74 @@ class Model:
         return table, problems
 
     @classmethod
+    def _type_problems(cls) -> list[Problem]:
+        problems = []
+        for declaration in cls._declared((PrimaryKey, Column)):
+            python_type = getattr(declaration, "python_type", None)
+            scale = getattr(declaration, "scale", None)
+            if python_type is Decimal and not (isinstance(scale, int) and 0 <= scale <= 18):
+                problems.append(cls._problem(
+                    declaration.name, "model.money-scale",
+                    "a Decimal column is money stored in minor units and needs its scale",
+                    "write Column(Decimal, scale=2) for cents",
+                ))
+            elif scale is not None and python_type is not Decimal:
+                problems.append(cls._problem(
+                    declaration.name, "model.money-scale",
+                    "scale= applies to Decimal (money) columns only",
+                    "drop scale=, or declare the column as Column(Decimal, scale=...)",
+                ))
+        return problems
+
+    @classmethod
+    def _service_option_problems(cls, opts: Mapping[str, Any]) -> list[Problem]:
+        problems = []
+        fields = {d.name: d for d in cls._declared((PrimaryKey, Column))}
+        version = opts.get("version")
+        if version is not None:
+            declared = fields.get(version)
+            if not isinstance(declared, Column) or declared.python_type is not int:
+                problems.append(cls._problem(
+                    "version", "model.version",
+                    f"version={version!r} must name an int Column of the model",
+                    f"declare {version} = Column(int) or name an existing int column",
+                ))
+        family = opts.get("family")
+        if family is not None:
+            if not isinstance(family, Monthly):
+                problems.append(cls._problem(
+                    "family", "model.family", f"family must be Monthly(...), got {family!r}",
+                    "write family=Monthly('captured_at', ahead=2)",
+                ))
+            else:
+                declared = fields.get(family.field)
+                if declared is None or declared.python_type not in (int, datetime):
+                    problems.append(cls._problem(
+                        "family", "model.family",
+                        f"the family's field {family.field!r} must be an int (epoch ms) or "
+                        "datetime field of the model",
+                        f"declare {family.field} = PrimaryKey(int) or Column(datetime)",
+                    ))
+                problems.extend(
+                    cls._problem("family", "model.family", text, "") for text in family.problems()
+                )
+        return problems
+
+    @classmethod
+    def version_field(cls) -> str | None:
+        """The int field that holds the row's version for optimistic locking, if any."""
+        return cls.__tsmigrate_options__.get("version")
+
+    @classmethod
+    def request_id_column(cls) -> str:
+        return cls.__tsmigrate_options__.get("request_id_column") or DEFAULT_REQUEST_ID_COLUMN
+
+    @classmethod
+    def table_family(cls) -> Monthly | None:
+        family = cls.__tsmigrate_options__.get("family")
+        return family if isinstance(family, Monthly) else None
+
+    @classmethod
     def _writes(cls, opts: Mapping[str, Any], problems: list[Problem]) -> str:
         writes = opts.get("writes", "put")
         if writes not in WRITE_STYLES:
@@ -507,16 +641,26 @@ class Model:
 
     # -- rows ----------------------------------------------------------------------------------
 
+    @classmethod
+    def _field_names(cls) -> frozenset[str]:
+        # Cached per class (rows are built in hot loops); declarations are fixed once defined.
+        names = cls.__dict__.get("__tsmigrate_fields__")
+        if names is None:
+            names = frozenset(
+                d.name for d in cls.declarations() if isinstance(d, (PrimaryKey, Column))
+            )
+            cls.__tsmigrate_fields__ = names
+        return names
+
     def __init__(self, **values: Any):
-        fields = {d.name for d in self.declarations() if isinstance(d, (PrimaryKey, Column))}
-        unknown = sorted(set(values) - fields)
-        if unknown:
+        fields = self._field_names()
+        if not values.keys() <= fields:
+            unknown = sorted(set(values) - fields)
             raise TypeError(
                 f"{type(self).__name__} has no field {', '.join(map(repr, unknown))}; "
                 f"fields: {', '.join(sorted(fields))}"
             )
-        for key, value in values.items():
-            setattr(self, key, value)
+        self.__dict__.update(values)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -539,8 +683,13 @@ class Model:
         """The primary key for these field values, derivations applied (for reads and writes)."""
         # Derivations name their sources by column name, which name= may set apart from the
         # field name: let them read the values under both.
+        declared = cls._declared((PrimaryKey, Column))
+        values = {
+            name: stored_value(d, values[name]) if (d := _by_name(declared, name)) else values[name]
+            for name in values
+        }
         by_column = dict(values)
-        for declaration in cls._declared((PrimaryKey, Column)):
+        for declaration in declared:
             column = declaration.column_name or declaration.name
             if declaration.name in values and column not in values:
                 by_column[column] = values[declaration.name]
@@ -563,7 +712,7 @@ class Model:
     def attribute_columns(self) -> list[tuple[str, Any]]:
         """The attribute cells to write: every set Column (None means "not written")."""
         return [
-            (c.column, getattr(self, c.name))
+            (c.column, stored_value(c, getattr(self, c.name)))
             for c in self._declared(Column)
             if getattr(self, c.name) is not None
         ]
@@ -576,19 +725,23 @@ class Model:
         timestamp). Derived key columns are kept as read; their source fields come from the
         attributes."""
         by_column = {
-            (d.column_name or d.name): d.name
+            (d.column_name or d.name): d
             for d in cls.declarations()
             if isinstance(d, (PrimaryKey, Column))
         }
         values: dict[str, Any] = {}
         for column, value in primary_key:
             if column in by_column:
-                values[by_column[column]] = value
+                values[by_column[column].name] = python_value(by_column[column], value)
         for cell in attributes:
             column, value = cell[0], cell[1]
             if column in by_column:
-                values[by_column[column]] = value
+                values[by_column[column].name] = python_value(by_column[column], value)
         return cls(**values)
+
+
+def _by_name(declared: Sequence[Any], name: str) -> Any:
+    return next((d for d in declared if d.name == name), None)
 
 
 # Names a field must not take: Model's methods and attributes, private helpers included.

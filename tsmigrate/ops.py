@@ -105,6 +105,31 @@ class DropTable(Step):
         return f"drop table {self.table}"
 
 
+@attrs.frozen
+class RetireTable(Step):
+    """A month of a table family past its retention: archive its rows, then drop the table."""
+
+    kind = "retire_table"
+    symbol = "-"
+
+    archive: str
+
+    @property
+    def risk(self) -> str:
+        return DESTRUCTIVE
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"the month is past the family's retention: its rows (cell timestamps included) are "
+            f"archived to {self.archive}, then table {self.table} is dropped; "
+            "`tsmigrate restore` loads the archive back"
+        )
+
+    def summary(self) -> str:
+        return f"archive and drop table {self.table} (expired month)"
+
+
 def _option_effects(before: TableOptions, after: TableOptions) -> tuple[str, list[str]]:
     """The risk of an options change and one sentence per changed option."""
     risk, notes = SAFE, []
@@ -437,6 +462,6 @@ def transform(catalog: Catalog, step: Step) -> Catalog:
     """The catalog after ``step``: pure, so a plan can predict every state it passes through."""
     if isinstance(step, CreateTable):
         return Catalog(tables=(*catalog.tables, physical_table(step.definition)))
-    if isinstance(step, DropTable):
+    if isinstance(step, (DropTable, RetireTable)):
         return Catalog(tables=[t for t in catalog.tables if t.name != step.table])
     return _on_table(catalog, step.table, lambda t: _TRANSFORMS[type(step)](step, t))

@@ -1,0 +1,149 @@
+"""The model layer (tsmigrate.service.Rows) against the same calls made directly with the SDK.
+
+The server runs in its own process (`tsmigrate local serve --memory`), as a remote service
+would. Four workloads, each done both ways on the same table, alternating, several rounds:
+- put: PutRow of one row at a time (a Model instance vs a tablestore Row built from a dict);
+- get: GetRow by key, decoded into a Model vs left as the SDK's row;
+- query: a GetRange scan of one key prefix, paging to the end, rows as Models;
+- batch: BatchWriteRow of 200-row chunks (the model layer chunks and checks results itself).
+The last line gives the ratios of time per row (model / SDK), summed over interleaved blocks:
+
+put_overhead=X get_overhead=Y query_overhead=Z batch_overhead=W
+
+    python bench/model_api.py [--rows 1000] [--rounds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+
+logging.getLogger("tablestore").addHandler(logging.NullHandler())
+
+import tablestore as ts  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+
+from tsmigrate import Column, Model, PrimaryKey  # noqa: E402
+from tsmigrate.service import Rows, create_tables  # noqa: E402
+
+BATCH = 200
+
+
+class BenchRow(Model, table="bench_rows"):
+    user = PrimaryKey(str)
+    seq = PrimaryKey(int)
+    name = Column(str)
+    age = Column(int)
+    score = Column(float)
+    active = Column(bool)
+    note = Column(str)
+
+
+def fields(i: int) -> dict:
+    return {"user": f"user{i % 5:04d}", "seq": i, "name": f"name-{i:010d}", "age": i % 97,
+            "score": i * 0.5, "active": i % 2 == 0, "note": f"note {i:020d} lorem ipsum"}
+
+
+def sdk_row(values: dict) -> ts.Row:
+    pk = [("user", values["user"]), ("seq", values["seq"])]
+    return ts.Row(pk, [(k, v) for k, v in values.items() if k not in ("user", "seq")])
+
+
+def timed(work: Callable[[], int]) -> float:
+    start = time.perf_counter()
+    count = work()
+    return (time.perf_counter() - start) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1000, help="rows per block (batch, query)")
+    parser.add_argument("--rounds", type=int, default=20, help="pairs of blocks per workload")
+    args = parser.parse_args()
+    proc, endpoint = start_server("--memory")
+    try:
+        client = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)
+        create_tables(client, [BenchRow])
+        rows = Rows(BenchRow, client)
+        table = BenchRow.table_name()
+        n = args.rows
+        singles = max(1, n // 10)  # single-row calls are slower; fewer of them
+        condition = ts.Condition(ts.RowExistenceExpectation.IGNORE)
+
+        def sdk_put() -> int:
+            for i in range(singles):
+                client.put_row(table, sdk_row(fields(i)), condition)
+            return singles
+
+        def model_put() -> int:
+            for i in range(singles):
+                rows.put(BenchRow(**fields(i)))
+            return singles
+
+        def sdk_get() -> int:
+            for i in range(singles):
+                client.get_row(table, [("user", f"user{i % 5:04d}"), ("seq", i)], None, None, 1)
+            return singles
+
+        def model_get() -> int:
+            for i in range(singles):
+                rows.get(user=f"user{i % 5:04d}", seq=i)
+            return singles
+
+        def sdk_batch() -> int:
+            for start in range(0, n, BATCH):
+                request = ts.BatchWriteRowRequest()
+                request.add(ts.TableInBatchWriteRowItem(table, [
+                    ts.PutRowItem(sdk_row(fields(i)), condition)
+                    for i in range(start, min(start + BATCH, n))]))
+                response = client.batch_write_row(request)
+                assert response.is_all_succeed()
+            return n
+
+        def model_batch() -> int:
+            result = rows.batch_write(put=(BenchRow(**fields(i)) for i in range(n)))
+            assert result.ok
+            return n
+
+        def sdk_query() -> int:
+            start = [("user", "user0001"), ("seq", ts.INF_MIN)]
+            end = [("user", "user0001"), ("seq", ts.INF_MAX)]
+            count = 0
+            while start is not None:
+                _, start, page, _ = client.get_range(table, ts.Direction.FORWARD, start, end,
+                                                     None, None, None, 1)
+                count += len(page)
+            return count
+
+        def model_query() -> int:
+            return sum(1 for _ in rows.query(user="user0001"))
+
+        model_batch()  # load the table for reads
+        workloads = {
+            "put": (sdk_put, model_put), "get": (sdk_get, model_get),
+            "query": (sdk_query, model_query), "batch": (sdk_batch, model_batch),
+        }
+        # Small blocks, alternating which side goes first, summed over many pairs: the machine's
+        # noise lands on both sides alike.
+        totals = {name: [0.0, 0.0] for name in workloads}
+        for pair in range(args.rounds):
+            for name, (sdk, model) in workloads.items():
+                if pair % 2:
+                    m, s = timed(model), timed(sdk)
+                else:
+                    s, m = timed(sdk), timed(model)
+                totals[name][0] += s
+                totals[name][1] += m
+        for name, (s, m) in totals.items():
+            print(f"{name}: SDK {s / args.rounds * 1e6:.1f} us/row, "
+                  f"model {m / args.rounds * 1e6:.1f} us/row")
+        print(" ".join(f"{name}_overhead={m / s:.3f}" for name, (s, m) in totals.items()))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()

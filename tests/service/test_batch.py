@@ -1,0 +1,115 @@
+"""Batches: chunking, retry of failed rows only, per-row results; exactly once under faults."""
+
+from batching import AnswerCountingClient
+from service_models import Account, Reading
+
+from tsmigrate.local.faults import FaultPlan
+from tsmigrate.service import Attr, Backoff, Rows, Update
+
+FAST = Backoff(base=0.001, cap=0.02, attempts=30)
+
+
+def test_batch_write_lands_every_row_exactly_once_under_faults(ots_instance, client,
+                                                               ots_server_options):
+    counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
+                                    ots_instance.access_key_secret, ots_instance.instance)
+    rows = Rows(Reading, counting, backoff=FAST)
+    count = 3000
+    ots_server_options.faults = FaultPlan.parse(
+        "server_busy@BatchWriteRow=0.15,batch_row=0.1,seed=11")
+    result = rows.batch_write(
+        put=(Reading(device_id=f"dev-{i % 7}", ts=i, battery=i % 100) for i in range(count)))
+    ots_server_options.faults = None
+    assert result.ok and result.written == count
+    # Every row succeeded exactly once: the rows that failed were resent, the others never.
+    assert len(counting.succeeded) == count and set(counting.succeeded.values()) == {1}
+    resent = sum(counting.sent.values()) - count
+    assert resent > 0  # the faults did hit, and were recovered from
+    stored = list(rows.query())
+    assert len(stored) == count
+    assert sorted((r.ts, r.battery) for r in stored) == [(i, i % 100) for i in range(count)]
+
+
+def test_chunks_respect_row_and_byte_limits(client, ots_instance):
+    counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
+                                    ots_instance.access_key_secret, ots_instance.instance)
+    sizes = []
+    original = counting.batch_write_row
+
+    def recording(request):
+        sizes.append(sum(len(e.row_items) for e in request.items.values()))
+        return original(request)
+
+    counting.batch_write_row = recording
+    rows = Rows(Reading, counting, backoff=FAST)
+    big = b"x" * 300_000  # 14 of these exceed the 4 MB request limit
+    result = rows.batch_write(put=[Reading(device_id="d", ts=i, payload=big) for i in range(30)])
+    assert result.ok and result.written == 30
+    assert max(sizes) < 14 and sum(sizes) == 30
+    sizes.clear()
+    assert rows.batch_write(put=[Reading(device_id="d", ts=i) for i in range(450)]).written == 450
+    assert sizes == [200, 200, 50]
+
+
+def test_failures_are_reported_row_by_row_and_do_not_sink_the_batch(readings):
+    readings.put(Reading(device_id="d", ts=1, battery=5))
+    result = readings.batch_write(
+        put=[Reading(device_id="d", ts=2, battery=1)],
+        update=[Update({"device_id": "d", "ts": 1}, set={"serial": "S"},
+                       condition=Attr("battery") == 6),  # fails its condition
+                Update({"device_id": "d", "ts": 3}, increment={"battery": 1})],
+        delete=[{"device_id": "d", "ts": 9}],
+    )
+    assert result.written == 3
+    [failure] = result.failures
+    assert failure.action == "update" and failure.error_code == "OTSConditionCheckFail"
+    assert failure.key[1] == ("ts", 1)
+
+
+def test_an_invalid_row_is_isolated_from_the_rest(readings):
+    # A payload over the 2 MB value limit makes the service refuse the whole request.
+    rows = [Reading(device_id="d", ts=i, battery=i) for i in range(10)]
+    rows[4].payload = b"x" * (2 * 1024 * 1024 + 1)
+    result = readings.batch_write(put=rows)
+    assert result.written == 9
+    assert [f.key[1] for f in result.failures] == [("ts", 4)]
+    assert result.failures[0].error_code == "OTSParameterInvalid"
+
+
+def test_batch_get_in_key_order_with_missing_rows(readings, ots_server_options):
+    readings.batch_write(put=[Reading(device_id="d", ts=i, battery=i) for i in range(0, 300, 2)])
+    ots_server_options.faults = FaultPlan.parse("server_busy@BatchGetRow=0.3,seed=5")
+    got = readings.batch_get([{"device_id": "d", "ts": i} for i in range(300)], columns=["battery"])
+    ots_server_options.faults = None
+    assert not got.failures and len(got) == 300
+    assert [r.battery if r else None for r in got] == [i if i % 2 == 0 else None for i in range(300)]
+
+
+def test_versioned_batch_put_sets_versions_and_reports_conflicts(accounts):
+    first = [Account(user_id=f"u{i}", visits=i) for i in range(3)]
+    assert accounts.batch_write(put=first).written == 3
+    assert [a.version for a in first] == [1, 1, 1]
+    stale = Account(user_id="u0", visits=9)  # a new row for a key that exists
+    result = accounts.batch_write(put=[stale, first[1]])
+    assert result.written == 1 and first[1].version == 2
+    assert result.failures[0].row is stale and result.failures[0].error_code == "OTSConditionCheckFail"
+
+
+def test_later_writes_to_a_key_wait_for_its_retried_write(readings, ots_server_options):
+    ots_server_options.faults = FaultPlan.parse("batch_row=0.3,seed=2")
+    first = (Reading(device_id="d", ts=i, battery=1) for i in range(300))
+    then = (Reading(device_id="d", ts=i, battery=2) for i in range(300))
+    result = readings.batch_write(put=(row for rows in (first, then) for row in rows))
+    ots_server_options.faults = None
+    assert result.ok and result.written == 600
+    assert {r.battery for r in readings.query(device_id="d")} == {2}
+
+
+def test_writes_to_one_key_apply_in_order_across_requests(readings):
+    result = readings.batch_write(
+        put=[Reading(device_id="d", ts=1, battery=1), Reading(device_id="d", ts=2, battery=1)],
+        update=[Update({"device_id": "d", "ts": 1}, increment={"battery": 10})],
+        delete=[{"device_id": "d", "ts": 2}])
+    assert result.ok and result.written == 4
+    assert readings.get(device_id="d", ts=1).battery == 11
+    assert readings.get(device_id="d", ts=2) is None

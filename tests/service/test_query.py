@@ -1,0 +1,130 @@
+"""Queries: key prefix + range, paging to a null continuation key, derived keys, indexes, search."""
+
+import pytest
+from conftest import FAST
+from service_models import Event, Reading, Tick
+
+from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
+from tsmigrate.service.calls import stream
+from tsmigrate.service.query import Query, range_op
+
+
+def _load(readings, device, count, **extra):
+    readings.batch_write(put=(Reading(device_id=device, ts=i, battery=i % 100, **extra)
+                              for i in range(count))).raise_for_failures()
+
+
+def test_prefix_and_range_forward_backward_limit(readings):
+    _load(readings, "a", 50)
+    _load(readings, "b", 5)
+    assert [r.ts for r in readings.query(device_id="a")] == list(range(50))
+    assert [r.ts for r in readings.query(device_id="a", ts=Range(gte=10, lt=13))] == [10, 11, 12]
+    assert [r.ts for r in readings.query(device_id="a", ts=Range(gt=10, lte=13))] == [11, 12, 13]
+    assert [r.ts for r in readings.query(device_id="a", ts=between(10, 13), reverse=True)] == [
+        13, 12, 11, 10]
+    assert [r.ts for r in readings.query(device_id="a", ts=Range(gt=10, lt=13), reverse=True)] == [
+        12, 11]
+    assert [r.ts for r in readings.query(device_id="a", reverse=True, limit=3)] == [49, 48, 47]
+    assert [r.ts for r in readings.query(device_id="a", ts=5)] == [5]
+    # A hash-prefixed key still reads one device's rows, in time order.
+    assert {r.device_id for r in readings.query(device_id="b")} == {"b"}
+
+
+def test_columns_to_get_and_none_for_the_rest(readings):
+    _load(readings, "a", 3, serial="S")
+    [row, *_] = readings.query(device_id="a", columns=["battery"])
+    assert row.battery == 0 and row.serial is None and row.ts == 0
+
+
+def test_filtered_query_returns_every_match_across_many_short_pages(readings):
+    # 12,000 rows; the server scans at most 5,000 per page when a filter is set, so the matches
+    # arrive over pages that are short or empty and still carry a continuation key.
+    readings.batch_write(put=(
+        Reading(device_id="a", ts=i, battery=1 if i in (3, 4, 11998) else 50)
+        for i in range(12000))).raise_for_failures()
+    calls = []
+
+    class Recording:
+        def __init__(self, client):
+            self.client = client
+
+        def get_range(self, *args, **kwargs):
+            result = self.client.get_range(*args, **kwargs)
+            calls.append(len(result[2]))
+            return result
+
+    codec = readings.codec
+    query = Query.build(codec, {"device_id": "a", "filter": Attr("battery") < 10})
+    found = [r.ts for r in stream(Recording(readings.client), range_op(codec, query))]
+    assert found == [3, 4, 11998]
+    assert len(calls) >= 3 and sum(calls) == 3  # several pages, short ones, the query went on
+    # Through the public API too, and backward.
+    assert [r.ts for r in readings.query(device_id="a", filter=Attr("battery") < 10,
+                                         reverse=True)] == [11998, 4, 3]
+
+
+def test_page_size_forces_short_pages_without_losing_rows(readings):
+    _load(readings, "a", 30)
+    assert [r.ts for r in readings.query(device_id="a", page_size=4)] == list(range(30))
+    assert [r.ts for r in readings.query(device_id="a", page_size=4, limit=9)] == list(range(9))
+
+
+def test_results_stream_lazily(readings):
+    _load(readings, "a", 30)
+    it = readings.query(device_id="a", page_size=10)
+    assert next(it).ts == 0  # one page read, not the whole range
+
+
+def test_bucketed_key_reads_every_bucket_and_merges_in_order(client):
+    ticks = Rows(Tick, client, backoff=FAST)
+    ticks.batch_write(put=[Tick(ts=t, value=t * 10) for t in range(0, 40, 3)]).raise_for_failures()
+    assert [t.ts for t in ticks.query()] == list(range(0, 40, 3))
+    assert [t.ts for t in ticks.query(ts=Range(gte=6, lt=30))] == [6, 9, 12, 15, 18, 21, 24, 27]
+    assert [t.ts for t in ticks.query(ts=Range(gte=6, lt=30), reverse=True, limit=3)] == [27, 24, 21]
+    assert ticks.get(ts=9).value == 90
+
+
+def test_descending_key_reads_in_the_fields_order(client):
+    events = Rows(Event, client, backoff=FAST)
+    events.batch_write(put=[Event(device="d", ts=t, kind="k") for t in (5, 1, 9, 3)])
+    assert [e.ts for e in events.query(device="d")] == [9, 5, 3, 1]  # newest first by key
+    assert [e.ts for e in events.query(device="d", ts=Range(gte=2, lte=5))] == [3, 5]
+    assert [e.ts for e in events.query(device="d", ts=Range(gte=2, lte=5), reverse=True)] == [5, 3]
+
+
+def test_query_that_the_key_cannot_serve_is_a_clear_error(readings):
+    with pytest.raises(QueryError, match="battery cannot narrow this query"):
+        list(readings.query(device_id="a", battery=3))
+    with pytest.raises(QueryError, match="no secondary index 'nope'"):
+        list(readings.query(index="nope", serial="x"))
+
+
+def test_global_index_returns_model_rows_and_fetches_missing_columns(readings):
+    readings.batch_write(put=[
+        Reading(device_id=f"d{i}", ts=i, serial="S1" if i % 2 else "S2", battery=i, temp_c=i / 2)
+        for i in range(10)]).raise_for_failures()
+    hits = list(readings.query(index="by_serial", serial="S1"))
+    assert sorted(r.ts for r in hits) == [1, 3, 5, 7, 9]
+    assert all(r.battery == r.ts and r.temp_c is None for r in hits)  # temp_c is not in the index
+    full = list(readings.query(index="by_serial", serial="S1", fetch_missing=True))
+    assert sorted((r.ts, r.temp_c, r.device_id) for r in full) == [
+        (i, i / 2, f"d{i}") for i in (1, 3, 5, 7, 9)]
+
+
+def test_local_index_with_range(readings):
+    _load(readings, "a", 20)
+    hits = list(readings.query(index="by_battery", device_id="a", battery=Range(gte=5, lt=8)))
+    assert [r.battery for r in hits] == [5, 6, 7]
+
+
+def test_search_index_queries_sorts_and_total(readings):
+    readings.batch_write(put=[
+        Reading(device_id=f"d{i}", ts=i, serial="S1" if i % 3 == 0 else "S2", battery=i)
+        for i in range(250)]).raise_for_failures()
+    found = list(readings.search("finder", serial="S1", battery=Range(lt=60), sort=["-battery"]))
+    assert [r.battery for r in found] == sorted((i for i in range(60) if i % 3 == 0), reverse=True)
+    assert readings.count("finder", serial="S1") == len(range(0, 250, 3))
+    # More than one page of search results (100 per page), followed to the end.
+    assert len(list(readings.search("finder", sort=["ts"]))) == 250
+    assert [r.ts for r in readings.search("finder", sort=["ts"], limit=5)] == [0, 1, 2, 3, 4]
+    assert readings.count("finder", battery=Exists()) == 250

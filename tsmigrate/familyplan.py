@@ -1,0 +1,55 @@
+"""Planning for table families: a family model's template table becomes its month tables.
+
+The current month and the ``ahead`` months after it are declared (so ``plan`` creates them ahead
+of time), months that exist and are still retained stay declared (so they follow the template's
+changes), and months past the retention become ``RetireTable`` steps: archive the rows (cell
+timestamps included), then drop the table. That step is destructive and needs the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import attrs
+
+from tsmigrate import ops
+from tsmigrate.model import Model
+from tsmigrate.schema import Catalog
+
+
+@attrs.frozen
+class Expansion:
+    catalog: Catalog
+    retire: tuple[ops.RetireTable, ...] = attrs.field(default=(), converter=tuple)
+
+
+def expand_families(
+    catalog: Catalog, models: Iterable[type[Model]], live_names: Iterable[str], now: datetime
+) -> Expansion:
+    """The catalog with each family's template replaced by its month tables, and the steps that
+    retire expired months."""
+    live_names = sorted(live_names)
+    tables = {t.name: t for t in catalog.tables}
+    retire: list[ops.RetireTable] = []
+    for model in models:
+        family = model.table_family()
+        template = tables.get(model.table_name())
+        if family is None or template is None:
+            continue
+        del tables[template.name]
+        months = set(family.planned_months(now))
+        for name in live_names:
+            month = family.month_of_table(template.name, name)
+            if month is None:
+                continue
+            if family.expired(month, now):
+                retire.append(ops.RetireTable(name, archive=str(family.archive)))
+            else:
+                months.add(month)
+        for month in sorted(months):
+            if family.expired(month, now):
+                continue
+            name = family.table_name(template.name, month)
+            tables[name] = attrs.evolve(template, name=name)
+    return Expansion(Catalog(tables=list(tables.values())), retire)

@@ -1,0 +1,71 @@
+"""``AsyncRows``: the API of ``Rows`` on an ``AsyncOTSClient`` (the same operations, awaited).
+
+    telemetry = AsyncRows(Telemetry, async_client)
+    await telemetry.put(row)
+    async for row in telemetry.query(device_id="dev-1"):
+        ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+from tsmigrate.model import Model
+from tsmigrate.service import batch, query, rows
+from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff
+from tsmigrate.service.calls import arun, astream
+from tsmigrate.service.codec import codec
+from tsmigrate.service.conditions import Condition
+
+M = TypeVar("M", bound=Model)
+
+
+class AsyncRows(Generic[M]):
+    def __init__(self, model: type[M], client: Any, *, backoff: Backoff = DEFAULT_BACKOFF):
+        self.model = model
+        self.client = client
+        self.codec = codec(model)
+        self.backoff = backoff
+
+    async def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
+        return await arun(self.client, rows.put_op(self.codec, row, condition, expect))
+
+    async def get(self, *, columns: Iterable[str] | None = None, **key: Any) -> M | None:
+        return await arun(self.client, rows.get_op(self.codec, key, columns))
+
+    async def update(
+        self, target: M | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+        delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
+        condition: Condition | None = None, expect: str = "ignore",
+    ) -> None:
+        await arun(self.client, rows.update_op(self.codec, target, set=set, delete=delete,
+                                               increment=increment, condition=condition,
+                                               expect=expect))
+
+    async def delete(self, target: M | Mapping[str, Any], *, condition: Condition | None = None,
+                     expect: str = "ignore") -> None:
+        await arun(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
+
+    async def create(self, row: M, *, request_id: str | None = None) -> M:
+        return await arun(self.client, rows.create_op(self.codec, row, request_id, self.backoff))
+
+    async def batch_write(
+        self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
+        delete: Iterable[M | Mapping[str, Any]] = (),
+    ) -> batch.BatchResult:
+        return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.backoff))
+
+    async def batch_get(
+        self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
+    ) -> batch.BatchGetResult:
+        return await arun(self.client, batch.get_op(self.codec, keys, columns, self.backoff))
+
+    def query(self, **spec: Any) -> AsyncIterator[M]:
+        return astream(self.client, query.range_op(self.codec, query.Query.build(self.codec, spec)))
+
+    def search(self, index: str, **spec: Any) -> AsyncIterator[M]:
+        return astream(self.client, query.search_op(self.codec, index, spec))
+
+    async def count(self, index: str, **spec: Any) -> int:
+        return await arun(self.client, query.count_op(self.codec, index, spec))

@@ -1,0 +1,379 @@
+"""Batch reads and writes: chunked to the service's limits, failed rows retried, results per row.
+
+- BatchWriteRow takes at most 200 rows and 4 MB; BatchGetRow at most 100 rows. Rows are taken
+  lazily from the caller's iterables, so a batch of any size keeps memory flat.
+- Only the rows that failed with a retryable error (throttling, a busy partition) are sent again,
+  after a capped, jittered backoff; rows that succeeded are never resent. A later row for a key
+  still being retried waits for it, and a request carries one write per key, so writes to one
+  key keep their order.
+- A whole request refused as invalid is split into single rows, so one bad row does not take
+  199 good ones down with it.
+- The result counts what was written and lists, row by row, what finally failed.
+
+Rows of a table family go to the month table of each row.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+from tablestore import OTSServiceError
+from tablestore import metadata as md
+
+from tsmigrate.model import Model
+from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff, retryable, retryable_code
+from tsmigrate.service.calls import Call, Op, Sleep
+from tsmigrate.service.codec import ModelCodec
+from tsmigrate.service.conditions import Condition, sdk_condition
+from tsmigrate.service.errors import BatchError
+from tsmigrate.service.rows import (
+    columns_to_get,
+    expectation,
+    key_values,
+    update_row_cells,
+    version_guard,
+)
+
+WRITE_ROWS = 200
+WRITE_BYTES = 4 * 1024 * 1024
+GET_ROWS = 100
+# Room for what the estimate leaves out (PlainBuffer tags, checksums, the request's framing).
+_BYTES_BUDGET = int(WRITE_BYTES * 0.9)
+
+
+@attrs.frozen
+class Update:
+    """One row of a batch update: the row (or its key fields) and the changes."""
+
+    target: Model | Mapping[str, Any]
+    set: Mapping[str, Any] | None = None
+    delete: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    increment: Mapping[str, int] | None = None
+    condition: Condition | None = None
+    expect: str = "ignore"
+
+
+@attrs.frozen
+class Failure:
+    """A row that finally failed: what was asked, the key, the service's error, the attempts."""
+
+    action: str  # put, update, delete, get
+    row: Any
+    table: str
+    key: list[tuple[str, Any]]
+    error_code: str
+    error_message: str
+    attempts: int
+
+
+@attrs.define
+class BatchResult:
+    written: int = 0
+    failures: list[Failure] = attrs.field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_for_failures(self) -> BatchResult:
+        if self.failures:
+            raise BatchError(self.failures)
+        return self
+
+
+@attrs.define
+class BatchGetResult:
+    """``rows[i]`` is the row of the i-th key (None: no such row, or it failed: see failures)."""
+
+    rows: list[Model | None]
+    failures: list[Failure] = attrs.field(factory=list)
+
+    def __iter__(self) -> Iterator[Model | None]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def raise_for_failures(self) -> BatchGetResult:
+        if self.failures:
+            raise BatchError(self.failures)
+        return self
+
+
+def _size(cells: Iterable[Any]) -> int:
+    """An upper estimate of the encoded size of cells (names, values, per-cell framing)."""
+    size = 0
+    for cell in cells:
+        size += len(cell[0]) + 12
+        if len(cell) > 1:
+            value = cell[1]
+            kind = type(value)
+            if kind is str:
+                size += len(value) if value.isascii() else 4 * len(value)
+            elif kind is bytes or kind is bytearray:
+                size += len(value)
+            else:
+                size += 8
+    return size
+
+
+class _Item:
+    __slots__ = ("action", "after", "attempts", "error", "identity", "key", "request", "size",
+                 "source", "table")
+
+    def __init__(self, action: str, source: Any, table: str, key: list[tuple[str, Any]],
+                 request: md.RowItem, cells: Iterable[Any], after: Any = None):
+        self.action = action
+        self.source = source
+        self.table = table
+        self.key = key
+        self.request = request
+        self.attempts = 0
+        self.error = ("", "")  # the last retryable error, reported if retries run out
+        self.after = after  # applied to the source row once written (a new version)
+        self.size = 16 + _size(key) + _size(cells)
+        self.identity: tuple[Any, ...] | None = None
+
+    def ident(self) -> tuple[Any, ...]:
+        if self.identity is None:
+            self.identity = (self.table, *(v for _, v in self.key))
+        return self.identity
+
+
+_IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
+
+
+def _put_item(codec: ModelCodec, row: Model) -> _Item:
+    codec.check_model(row)
+    values = row.__dict__
+    key = codec.key(values)
+    cells = codec.row_attributes(row)
+    condition = _IGNORE
+    after = None
+    if codec.version:
+        existence, guard, after = version_guard(codec, row)
+        cells = [c for c in cells if c[0] != codec.version_column]
+        cells.append((codec.version_column, after))
+        condition = md.Condition(existence, sdk_condition(guard, codec))
+    return _Item("put", row, codec.table_for(values), key,
+                 md.PutRowItem(md.Row(key, cells), condition), cells, after)
+
+
+def _update_item(codec: ModelCodec, update: Update) -> _Item:
+    if not isinstance(update, Update):
+        raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
+    values = key_values(codec, update.target)
+    key = codec.key(values)
+    cells = update_row_cells(codec, update.set, update.delete, update.increment)
+    condition = md.Condition(expectation(update.expect), sdk_condition(update.condition, codec))
+    flat = [c if isinstance(c, tuple) else (c,) for group in cells.values() for c in group]
+    return _Item("update", update, codec.table_for(values), key,
+                 md.UpdateRowItem(md.Row(key, cells), condition), flat)
+
+
+def _delete_item(codec: ModelCodec, target: Model | Mapping[str, Any]) -> _Item:
+    values = key_values(codec, target)
+    key = codec.key(values)
+    return _Item("delete", target, codec.table_for(values), key,
+                 md.DeleteRowItem(md.Row(key), _IGNORE), ())
+
+
+def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
+           deletes: Iterable[Any]) -> Iterator[_Item]:
+    for row in puts:
+        yield _put_item(codec, row)
+    for update in updates:
+        yield _update_item(codec, update)
+    for target in deletes:
+        yield _delete_item(codec, target)
+
+
+def _write_request(chunk: list[_Item]) -> tuple[md.BatchWriteRowRequest, dict[str, list[_Item]]]:
+    by_table: dict[str, list[_Item]] = {}
+    for item in chunk:
+        by_table.setdefault(item.table, []).append(item)
+    request = md.BatchWriteRowRequest()
+    for table, items in by_table.items():
+        request.add(md.TableInBatchWriteRowItem(table, [i.request for i in items]))
+    return request, by_table
+
+
+def write_op(
+    codec: ModelCodec, puts: Iterable[Model] = (), updates: Iterable[Update] = (),
+    deletes: Iterable[Any] = (), backoff: Backoff = DEFAULT_BACKOFF,
+    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
+) -> Op[BatchResult]:
+    result = BatchResult()
+    source = _items(codec, puts, updates, deletes)
+    carry: deque[_Item] = deque()  # rows to send first: retries, and a row that did not fit
+    alone: deque[_Item] = deque()  # rows of a refused request, resent one per request
+    held: deque[_Item] = deque()  # later rows for a key whose earlier row is being retried
+    retrying: set[tuple[Any, ...]] = set()  # keys of rows waiting for another attempt
+
+    def fail(item: _Item, code: str, message: str) -> None:
+        result.failures.append(Failure(item.action, item.source, item.table, item.key, code,
+                                       message, item.attempts))
+
+    def next_chunk() -> list[_Item]:
+        if alone:
+            return [alone.popleft()]
+        chunk: list[_Item] = []
+        keys: set[tuple[Any, ...]] = set()  # one write per key and request
+        size = 0
+        while len(chunk) < max_rows:
+            if carry:
+                item = carry.popleft()
+            elif held and held[0].ident() not in retrying and held[0].ident() not in keys:
+                item = held.popleft()
+            else:
+                item = next(source, None)
+                if item is None:
+                    break
+                if item.ident() in keys or (retrying and item.ident() in retrying):
+                    held.append(item)
+                    continue
+            if chunk and size + item.size > max_bytes:
+                carry.appendleft(item)
+                break
+            chunk.append(item)
+            keys.add(item.ident())
+            size += item.size
+        return chunk
+
+    def settled(item: _Item) -> None:
+        if retrying:
+            retrying.discard(item.ident())
+
+    while True:
+        chunk = next_chunk()
+        if not chunk:
+            if held:  # rows held for keys that are settled now
+                retrying.clear()
+                continue
+            return result
+        request, by_table = _write_request(chunk)
+        again: list[_Item] = []
+        try:
+            response = yield Call("batch_write_row", request)
+        except OTSServiceError as exc:
+            if retryable(exc):
+                again = _count_attempt(chunk, exc.code, exc.message)
+            elif len(chunk) > 1:
+                alone.extend(chunk)  # find the row the service refused
+            else:
+                chunk[0].attempts += 1
+                fail(chunk[0], exc.code, exc.message)
+                settled(chunk[0])
+        except Exception as exc:
+            if not retryable(exc):
+                raise
+            # The answer was lost: resend (puts and deletes are safe to repeat).
+            again = _count_attempt(chunk, type(exc).__name__, str(exc))
+        else:
+            for table, items in by_table.items():
+                answers = (
+                    response.table_of_put.get(table, []) + response.table_of_update.get(table, [])
+                    + response.table_of_delete.get(table, [])
+                )
+                answers.sort(key=lambda r: r.index)
+                for item, answer in zip(items, answers, strict=True):
+                    item.attempts += 1
+                    if answer.is_ok:
+                        result.written += 1
+                        if item.after is not None:
+                            item.source.__dict__[codec.version] = item.after
+                        settled(item)
+                    elif retryable_code(answer.error_code):
+                        item.error = (answer.error_code, answer.error_message)
+                        again.append(item)
+                    else:
+                        fail(item, answer.error_code, answer.error_message)
+                        settled(item)
+        for item in [i for i in again if i.attempts >= backoff.attempts]:
+            fail(item, item.error[0], f"{item.error[1]} (still failing after {item.attempts} attempts)")
+            settled(item)
+        again = [i for i in again if i.attempts < backoff.attempts]
+        if again:
+            for item in again:
+                retrying.add(item.ident())
+            carry.extend(again)
+            yield Sleep(backoff.delay(max(i.attempts for i in again) - 1))
+
+
+def _count_attempt(chunk: list[_Item], code: str, message: str) -> list[_Item]:
+    for item in chunk:
+        item.attempts += 1
+        item.error = (code, message)
+    return chunk
+
+
+def get_op(
+    codec: ModelCodec, targets: Iterable[Model | Mapping[str, Any]],
+    columns: Iterable[str] | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+    max_rows: int = GET_ROWS,
+) -> Op[BatchGetResult]:
+    keyed = []
+    for target in targets:
+        values = key_values(codec, target)
+        keyed.append((target, codec.table_for(values), codec.key(values)))
+    return (yield from get_keys_op(codec, keyed, columns, backoff, max_rows))
+
+
+def get_keys_op(
+    codec: ModelCodec, keyed: list[tuple[Any, str, list[tuple[str, Any]]]],
+    columns: Iterable[str] | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+    max_rows: int = GET_ROWS,
+) -> Op[BatchGetResult]:
+    """Batch get of ready keys: (what the caller asked for, table, primary key) each."""
+    wanted = columns_to_get(codec, columns)
+    rows: list[Model | None] = [None] * len(keyed)
+    failures: list[Failure] = []
+    pending = deque(range(len(keyed)))
+    attempts = [0] * len(keyed)
+    while pending:
+        chunk = [pending.popleft() for _ in range(min(max_rows, len(pending)))]
+        by_table: dict[str, list[int]] = {}
+        for position in chunk:
+            by_table.setdefault(keyed[position][1], []).append(position)
+        request = md.BatchGetRowRequest()
+        for table, positions in by_table.items():
+            request.add(md.TableInBatchGetRowItem(
+                table, [keyed[p][2] for p in positions], wanted, None, 1))
+        again: list[int] = []
+        try:
+            response = yield Call("batch_get_row", request)
+        except Exception as exc:
+            if not retryable(exc):
+                raise
+            again = chunk
+            code = getattr(exc, "code", type(exc).__name__)
+            message = getattr(exc, "message", str(exc))
+        else:
+            for table, positions in by_table.items():
+                for position, item in zip(positions, response.get_result_by_table(table), strict=True):
+                    if item.is_ok:
+                        row = item.row
+                        if row is not None and (row.primary_key or row.attribute_columns):
+                            rows[position] = codec.to_model(row.primary_key, row.attribute_columns)
+                    elif retryable_code(item.error_code):
+                        again.append(position)
+                        code, message = item.error_code, item.error_message
+                    else:
+                        attempts[position] += 1
+                        failures.append(Failure("get", keyed[position][0], table, keyed[position][2],
+                                                item.error_code, item.error_message, attempts[position]))
+        retried = []
+        for position in again:
+            attempts[position] += 1
+            if attempts[position] >= backoff.attempts:
+                target, table, key = keyed[position]
+                failures.append(Failure("get", target, table, key, code, message, attempts[position]))
+            else:
+                retried.append(position)
+        if retried:
+            pending.extendleft(reversed(retried))
+            yield Sleep(backoff.delay(max(attempts[p] for p in retried) - 1))
+    return BatchGetResult(rows, failures)

@@ -1,0 +1,134 @@
+"""One definition of every operation, two ways to run it (sync and asyncio).
+
+Operations are generators that *yield* what they need done (``Call``: a method of the SDK
+client; ``Sleep``: a backoff pause; ``Emit``: rows for the caller) and receive the result (or
+the exception) back. ``run`` / ``stream`` drive them on an ``OTSClient``; ``arun`` / ``astream``
+on an ``AsyncOTSClient``. So paging, retries and conditions are written once, and the sync and
+asyncio APIs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Generator, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Call:
+    """Call ``method`` of the SDK client with these arguments."""
+
+    __slots__ = ("args", "kwargs", "method")
+
+    def __init__(self, method: str, *args: Any, **kwargs: Any):
+        self.method = method
+        self.args = args
+        self.kwargs = kwargs
+
+
+class Sleep:
+    """Pause (a backoff before a retry)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+
+class Emit:
+    """Hand these rows to the caller of a streaming operation."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]):
+        self.items = items
+
+
+Op = Generator[Any, Any, T]
+
+
+def run(client: Any, op: Op[T]) -> T:
+    """Drive an operation to its result on a synchronous client."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(send) if error is None else op.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        send, error = None, None
+        if type(step) is Call:
+            try:
+                send = getattr(client, step.method)(*step.args, **step.kwargs)
+            except Exception as exc:  # handed to the operation, which decides
+                error = exc
+        elif type(step) is Sleep:
+            time.sleep(step.seconds)
+        else:
+            raise TypeError(f"a non-streaming operation yielded {step!r}")
+
+
+def stream(client: Any, op: Op[None]) -> Iterator[Any]:
+    """Drive a streaming operation on a synchronous client, yielding its rows as they come."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(send) if error is None else op.throw(error)
+        except StopIteration:
+            return
+        send, error = None, None
+        if type(step) is Call:
+            try:
+                send = getattr(client, step.method)(*step.args, **step.kwargs)
+            except Exception as exc:
+                error = exc
+        elif type(step) is Emit:
+            yield from step.items
+        else:
+            time.sleep(step.seconds)
+
+
+async def arun(client: Any, op: Op[T]) -> T:
+    """Drive an operation to its result on an ``AsyncOTSClient``."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(send) if error is None else op.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        send, error = None, None
+        if type(step) is Call:
+            try:
+                send = await getattr(client, step.method)(*step.args, **step.kwargs)
+            except Exception as exc:
+                error = exc
+        elif type(step) is Sleep:
+            await asyncio.sleep(step.seconds)
+        else:
+            raise TypeError(f"a non-streaming operation yielded {step!r}")
+
+
+async def astream(client: Any, op: Op[None]) -> AsyncIterator[Any]:
+    """Drive a streaming operation on an ``AsyncOTSClient``."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(send) if error is None else op.throw(error)
+        except StopIteration:
+            return
+        send, error = None, None
+        if type(step) is Call:
+            try:
+                send = await getattr(client, step.method)(*step.args, **step.kwargs)
+            except Exception as exc:
+                error = exc
+        elif type(step) is Emit:
+            for item in step.items:
+                yield item
+        else:
+            await asyncio.sleep(step.seconds)

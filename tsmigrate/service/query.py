@@ -1,0 +1,537 @@
+"""Queries: key prefix + range (GetRange), secondary indexes, search indexes. Sans-IO (calls.py).
+
+    rows.query(device_id="dev-1", ts=Range(gte=t0, lt=t1), reverse=True, limit=100,
+               columns=["battery"], filter=Attr("battery") < 20)
+    rows.query(index="by_serial", serial="S-1", fetch_missing=True)
+    rows.search("alerts", battery=Range(lt=20), sort=["-ts"], limit=50)
+
+- Equality on the natural fields fixes the key prefix; derived key columns are computed from
+  them (a hash prefix from its source, a concatenation from its fields); a range applies to the
+  next key column (on a ``Descending`` column the bounds and the direction are inverted, so the
+  caller still reads in the natural order of the field).
+- A time-bucket column the query does not fix is read bucket by bucket and the streams are
+  merged in key order; a table family is read month table by month table the same way.
+- Paging follows ``next_start_primary_key`` until it is None: a short or empty page (a filter
+  that matched nothing in a 5000-row scan) never ends the query. Rows stream page by page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from itertools import product
+from typing import Any
+
+import attrs
+from tablestore import metadata as md
+
+from tsmigrate.keys import Descending, TimeBucket
+from tsmigrate.model import Model
+from tsmigrate.service import batch
+from tsmigrate.service.calls import Call, Emit, Op
+from tsmigrate.service.codec import KeyColumn, ModelCodec
+from tsmigrate.service.conditions import Condition, sdk_condition
+from tsmigrate.service.errors import QueryError
+
+PAGE_ROWS = 5000
+SEARCH_PAGE = 100
+
+
+@attrs.frozen
+class Range:
+    """Bounds on one field: ``Range(gte=a, lt=b)``; any side may be left open."""
+
+    gte: Any = None
+    gt: Any = None
+    lte: Any = None
+    lt: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.gte is not None and self.gt is not None:
+            raise QueryError("give gte= or gt=, not both")
+        if self.lte is not None and self.lt is not None:
+            raise QueryError("give lte= or lt=, not both")
+
+    @property
+    def lower(self) -> tuple[Any, bool] | None:
+        if self.gte is not None:
+            return self.gte, True
+        return (self.gt, False) if self.gt is not None else None
+
+    @property
+    def upper(self) -> tuple[Any, bool] | None:
+        if self.lte is not None:
+            return self.lte, True
+        return (self.lt, False) if self.lt is not None else None
+
+
+def between(low: Any, high: Any) -> Range:
+    """Both ends included."""
+    return Range(gte=low, lte=high)
+
+
+# -- search query values -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Match:
+    """Full-text match on a text field: ``title=Match("red shoes")``."""
+
+    text: str
+
+
+@attrs.frozen
+class Prefix:
+    prefix: str
+
+
+@attrs.frozen
+class Exists:
+    """The field has a value."""
+
+
+# -- range queries -------------------------------------------------------------------------------
+
+_OPTIONS = ("reverse", "limit", "columns", "filter", "index", "fetch_missing", "page_size")
+
+
+@attrs.define
+class Cursor:
+    """One GetRange stream: a table, its bounds and where it is."""
+
+    table: str
+    start: list[tuple[str, Any]]
+    end: list[tuple[str, Any]]
+    rows: list[Any] = attrs.field(factory=list)
+    position: int = 0
+    done: bool = False
+
+
+@attrs.define
+class Query:
+    tables: list[str] | None  # None: the family's month tables the range spans (listed first)
+    key_columns: list[KeyColumn]
+    bounds: list[tuple[list[tuple[str, Any]], list[tuple[str, Any]]]]  # (start, end) per fan-out
+    merge_columns: list[str]  # key columns whose values order a merge of several streams
+    reverse: bool = False
+    limit: int | None = None
+    columns: list[str] | None = None
+    filter: Condition | None = None
+    index: str | None = None
+    fetch_missing: bool = False
+    page_size: int | None = None
+    family_spec: Mapping[str, Any] | None = None  # the fields that pick a family's months
+
+    @classmethod
+    def build(cls, codec: ModelCodec, spec: Mapping[str, Any]) -> Query:
+        spec = dict(spec)
+        options = {k: spec.pop(k) for k in _OPTIONS if k in spec}
+        index = options.get("index")
+        key_columns = codec.index_key_columns(index) if index else codec.key_columns
+        limit = options.get("limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise QueryError(f"limit must be a positive integer, got {limit!r}")
+        eq = {name: v for name, v in spec.items() if not isinstance(v, Range)}
+        ranges = {name: v for name, v in spec.items() if isinstance(v, Range)}
+        for name in spec:
+            codec.field(name)  # unknown fields are an error, named
+        if len(ranges) > 1:
+            raise QueryError(
+                f"{codec.name}: a range applies to one key column; got ranges on "
+                f"{', '.join(sorted(ranges))} (use filter= for the others)"
+            )
+        eq_by_column = codec.by_column_values(eq)
+        reverse = bool(options.get("reverse", False))
+        prefix: list[list[Any]] = []  # the possible values of each leading key column
+        used: set[str] = set()
+        range_column: KeyColumn | None = None
+        lower = upper = None
+        for column in key_columns:
+            if column.derive is None:
+                field = column.field
+                if field in eq:
+                    prefix.append([eq_by_column[column.column]])
+                    used.add(field)
+                    continue
+                if field in ranges:
+                    range_column = column
+                    lower, upper = _stored_bounds(codec, field, ranges[field])
+                    used.add(field)
+                break
+            sources = [codec.by_column[s].name for s in column.derive.sources if s in codec.by_column]
+            if sources and all(s in eq for s in sources):
+                prefix.append([column.derive.derive(eq_by_column)])
+                used.update(sources)
+                continue
+            if isinstance(column.derive, TimeBucket):
+                prefix.append(list(column.derive.all_buckets()))
+                continue
+            if isinstance(column.derive, Descending) and sources and sources[0] in ranges:
+                range_column = column
+                low, high = _stored_bounds(codec, sources[0], ranges[sources[0]])
+                flip = column.derive.invert
+                lower = None if high is None else (flip(high[0]), high[1])
+                upper = None if low is None else (flip(low[0]), low[1])
+                reverse = not reverse  # newest-first keys: the field's order is the reverse scan
+                used.add(sources[0])
+            break
+        unused = sorted(set(spec) - used)
+        if unused:
+            where = f"index {index!r}" if index else "the primary key"
+            raise QueryError(
+                f"{codec.name}: {', '.join(unused)} cannot narrow this query: {where} is "
+                f"({', '.join(c.column for c in key_columns)}) and a query fixes a prefix of it by "
+                "equality, then a range on the next column; use filter= (server-side) or an index"
+            )
+        fixed = len(prefix)
+        rest = key_columns[fixed + (1 if range_column else 0):]
+        bounds = []
+        for values in product(*prefix):
+            head = [(c.column, v) for c, v in zip(key_columns, values, strict=False)]
+            start, end = _range_keys(head, range_column, lower, upper, rest, reverse)
+            bounds.append((start, end))
+        # Streams of several buckets or month tables share the fixed prefix: the columns after
+        # it order the merge.
+        merge_columns = [c.column for c in key_columns[fixed:]]
+        columns = options.get("columns")
+        if index and codec.family is not None:
+            raise QueryError(f"{codec.name} is a table family: its indexes are per month table")
+        return cls(
+            tables=[index] if index else [codec.table] if codec.family is None else None,
+            key_columns=key_columns, bounds=bounds, merge_columns=merge_columns,
+            reverse=reverse, limit=limit, columns=None if columns is None else list(columns),
+            filter=options.get("filter"), index=index,
+            fetch_missing=bool(options.get("fetch_missing", False)),
+            page_size=options.get("page_size"),
+            family_spec=spec if codec.family is not None else None,
+        )
+
+
+def family_tables(codec: ModelCodec, spec: Mapping[str, Any], existing: Iterable[str]) -> list[str]:
+    """The month tables of a family a query reads (those that exist; a month without a table
+    holds no rows)."""
+    family = codec.family
+    assert family is not None
+    value = spec.get(family.field)
+    if value is not None and not isinstance(value, Range):
+        table = codec.table_for({family.field: value})
+        return [table] if table in set(existing) else []
+    low = high = None
+    if isinstance(value, Range):
+        field = codec.field(family.field)
+        low = None if value.lower is None else codec.stored(field, value.lower[0])
+        high = None if value.upper is None else codec.stored(field, value.upper[0])
+    return family.tables_for_range(codec.table, low, high, existing)
+
+
+def _stored_bounds(codec: ModelCodec, field: str, bounds: Range):
+    f = codec.field(field)
+    lower = None if bounds.lower is None else (codec.stored(f, bounds.lower[0]), bounds.lower[1])
+    upper = None if bounds.upper is None else (codec.stored(f, bounds.upper[0]), bounds.upper[1])
+    return lower, upper
+
+
+def _pad(rest: list[KeyColumn], low: bool) -> list[tuple[str, Any]]:
+    marker = md.INF_MIN if low else md.INF_MAX
+    return [(c.column, marker) for c in rest]
+
+
+def _range_keys(head, range_column, lower, upper, rest, reverse):
+    """(inclusive start, exclusive end) of a GetRange for one fixed prefix ``head``."""
+    if range_column is None:
+        low = head + _pad(rest, True) if rest or not head else head
+        high = head + _pad(rest, False)
+        if not rest:  # every key column fixed: a range that holds exactly one key
+            return _single(head, reverse)
+        return (high, low) if reverse else (low, high)
+    name = range_column.column
+    last = not rest
+    # The key just at the lower / upper bound, on the side the bound includes.
+    def at(value, include_lower_side: bool):
+        return [*head, (name, value), *_pad(rest, include_lower_side)]
+    open_low = [*head, (name, md.INF_MIN), *_pad(rest, True)]
+    open_high = [*head, (name, md.INF_MAX), *_pad(rest, False)]
+    if not reverse:
+        if lower is None:
+            start = open_low
+        elif lower[1]:
+            start = at(lower[0], True)
+        else:
+            start = at(_successor(lower[0]), True) if last else at(lower[0], False)
+        if upper is None:
+            end = open_high
+        elif upper[1]:
+            end = at(_successor(upper[0]), True) if last else at(upper[0], False)
+        else:
+            end = at(upper[0], True)
+        return start, end
+    # Backward: start is the inclusive upper key, end the exclusive lower key.
+    if upper is None:
+        start = open_high
+    elif upper[1]:
+        start = at(upper[0], False)
+    else:
+        start = at(_predecessor(upper[0]), False) if last else at(upper[0], True)
+    if lower is None:
+        end = open_low
+    elif lower[1]:
+        end = at(_predecessor(lower[0]), False) if last else at(lower[0], True)
+    else:
+        end = at(lower[0], False)
+    return start, end
+
+
+def _single(head, reverse):
+    *prefix, (name, value) = head
+    low = [*prefix, (name, value)]
+    high = [*prefix, (name, _successor(value))]
+    if reverse:
+        return [*prefix, (name, value)], [*prefix, (name, _predecessor(value))]
+    return low, high
+
+
+def _successor(value: Any) -> Any:
+    """The smallest key value above ``value``."""
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "\x00"
+    return bytes(value) + b"\x00"
+
+
+def _predecessor(value: Any) -> Any:
+    """The largest key value below ``value`` (strings and bytes: the longest shorter value that
+    sorts below it does not exist, so the bound is exact only for integers)."""
+    if isinstance(value, int):
+        return value - 1
+    raise QueryError(
+        "a backward query whose bound on the last key column is a string or bytes must exclude "
+        "that bound on the upper side or include it on the lower side; use gt=/lte= "
+        "accordingly, or read forward"
+    )
+
+
+def _page_models(codec: ModelCodec, rows: list[Any]) -> list[Model]:
+    """Models from GetRange rows (``Row`` objects)."""
+    to_model = codec.to_model
+    return [to_model(row.primary_key, row.attribute_columns) for row in rows]
+
+
+def _fetch(codec: ModelCodec, cursor: Cursor, query: Query) -> Op[None]:
+    """Read the next page of a cursor (an empty page with a next key is not the end)."""
+    direction = md.Direction.BACKWARD if query.reverse else md.Direction.FORWARD
+    page = query.page_size
+    columns = None
+    if query.columns is not None:
+        # The key columns too: a merge orders rows by them, and a row is not a row without them.
+        columns = [k.column for k in query.key_columns]
+        columns += [c for c in (codec.field(n).column for n in query.columns) if c not in columns]
+    while True:
+        _, next_start, rows, _ = yield Call(
+            "get_range", cursor.table, direction, cursor.start, cursor.end, columns, page,
+            sdk_condition(query.filter, codec), 1,
+        )
+        if next_start is None:
+            cursor.done = True
+        else:
+            cursor.start = next_start
+        models = _page_models(codec, rows)
+        if query.fetch_missing and models:
+            models = yield from _complete(codec, models, query)
+        cursor.rows, cursor.position = models, 0
+        if models or cursor.done:
+            return
+
+
+def _complete(codec: ModelCodec, models: list[Model], query: Query) -> Op[list[Model]]:
+    """Index rows completed with the columns only the base table has (read by the table's key,
+    which every index row carries)."""
+    keyed = []
+    for model in models:
+        values = model.__dict__
+        key = [(k.column, values.get(codec.by_column[k.column].name)) for k in codec.key_columns]
+        keyed.append((model, codec.table, key))
+    result = yield from batch.get_keys_op(codec, keyed, query.columns)
+    completed = []
+    for model, full in zip(models, result.rows, strict=True):
+        if full is None:
+            completed.append(model)  # a global index may trail its table
+            continue
+        for name, value in model.__dict__.items():
+            if value is not None and full.__dict__.get(name) is None:
+                full.__dict__[name] = value
+        completed.append(full)
+    return completed
+
+
+def range_op(codec: ModelCodec, query: Query) -> Op[None]:
+    tables = query.tables
+    if tables is None:
+        existing = yield Call("list_table")
+        tables = family_tables(codec, query.family_spec or {}, existing)
+    cursors = [Cursor(table, list(start), list(end)) for table in tables for start, end in query.bounds]
+    if not cursors:
+        return
+    remaining = query.limit
+    if len(cursors) == 1:
+        cursor = cursors[0]
+        while not cursor.done:
+            yield from _fetch(codec, cursor, _limited(query, remaining))
+            rows = cursor.rows
+            if remaining is not None:
+                rows = rows[:remaining]
+                remaining -= len(rows)
+            if rows:
+                yield Emit(rows)
+            if remaining == 0:
+                return
+        return
+    yield from _merge(codec, cursors, query)
+
+
+def _limited(query: Query, remaining: int | None) -> Query:
+    if remaining is None:
+        return query
+    page = min(remaining, query.page_size or PAGE_ROWS)
+    return attrs.evolve(query, page_size=page) if page != query.page_size else query
+
+
+def _merge(codec: ModelCodec, cursors: list[Cursor], query: Query) -> Op[None]:
+    """Several streams (buckets, month tables) merged in key order."""
+    names = [codec.by_column[c].name for c in query.merge_columns if c in codec.by_column]
+
+    def order(model: Model) -> tuple[Any, ...]:
+        values = model.__dict__
+        return tuple(_stored_order(codec, name, values.get(name)) for name in names)
+
+    live = []
+    for cursor in cursors:
+        yield from _fetch(codec, cursor, query)
+        if cursor.rows:
+            live.append(cursor)
+    emitted = 0
+    batch_out: list[Model] = []
+    while live:
+        pick = live[0]
+        best = order(pick.rows[pick.position])
+        for cursor in live[1:]:
+            candidate = order(cursor.rows[cursor.position])
+            if (candidate > best) if query.reverse else (candidate < best):
+                pick, best = cursor, candidate
+        batch_out.append(pick.rows[pick.position])
+        emitted += 1
+        if query.limit is not None and emitted >= query.limit:
+            break
+        pick.position += 1
+        if pick.position >= len(pick.rows):
+            if batch_out:
+                yield Emit(batch_out)
+                batch_out = []
+            if pick.done:
+                live.remove(pick)
+            else:
+                yield from _fetch(codec, pick, query)
+                if not pick.rows:
+                    live.remove(pick)
+    if batch_out:
+        yield Emit(batch_out)
+
+
+def _stored_order(codec: ModelCodec, name: str, value: Any) -> Any:
+    field = codec.fields[name]
+    return codec.stored(field, value) if field.converts and value is not None else value
+
+
+# -- search indexes ------------------------------------------------------------------------------
+
+_SEARCH_OPTIONS = ("query", "sort", "limit", "columns", "offset")
+
+
+def _search_query(codec: ModelCodec, spec: Mapping[str, Any]) -> Any:
+    must = []
+    if spec.get("query") is not None:
+        must.append(spec["query"])
+    for name, value in spec.items():
+        if name in _SEARCH_OPTIONS:
+            continue
+        field = codec.field(name)
+        column = field.column
+        if isinstance(value, Range):
+            lower, upper = value.lower, value.upper
+            must.append(md.RangeQuery(
+                column,
+                None if lower is None else codec.stored(field, lower[0]),
+                None if upper is None else codec.stored(field, upper[0]),
+                include_lower=bool(lower and lower[1]), include_upper=bool(upper and upper[1]),
+            ))
+        elif isinstance(value, Match):
+            must.append(md.MatchQuery(column, value.text))
+        elif isinstance(value, Prefix):
+            must.append(md.PrefixQuery(column, value.prefix))
+        elif isinstance(value, Exists):
+            must.append(md.ExistsQuery(column))
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            must.append(md.TermsQuery(column, [codec.stored(field, v) for v in value]))
+        else:
+            must.append(md.TermQuery(column, codec.stored(field, value)))
+    if not must:
+        return md.MatchAllQuery()
+    return must[0] if len(must) == 1 else md.BoolQuery(must_queries=must)
+
+
+def _search_sort(codec: ModelCodec, sort: Iterable[str] | None) -> md.Sort | None:
+    if not sort:
+        return None
+    sorters = []
+    for spec in [sort] if isinstance(sort, str) else sort:
+        descending = spec.startswith("-")
+        name = spec.lstrip("+-")
+        order = md.SortOrder.DESC if descending else md.SortOrder.ASC
+        if name == "pk":
+            sorters.append(md.PrimaryKeySort(order))
+        else:
+            sorters.append(md.FieldSort(codec.field(name).column, order))
+    return md.Sort(sorters=sorters)
+
+
+def _check_search(codec: ModelCodec, index: str) -> None:
+    if codec.family is not None:
+        raise QueryError(
+            f"{codec.name} is a table family: search its month tables' indexes one by one"
+        )
+
+
+def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None]:
+    _check_search(codec, index)
+    query = _search_query(codec, spec)
+    sort = _search_sort(codec, spec.get("sort"))
+    limit = spec.get("limit")
+    columns = spec.get("columns")
+    to_get = (
+        md.ColumnsToGet(return_type=md.ColumnReturnType.ALL) if columns is None
+        else md.ColumnsToGet([codec.field(n).column for n in columns], md.ColumnReturnType.SPECIFIED)
+    )
+    token = None
+    offset = spec.get("offset")
+    remaining = limit
+    while True:
+        page = SEARCH_PAGE if remaining is None else min(SEARCH_PAGE, remaining)
+        request = md.SearchQuery(query, sort=None if token else sort, next_token=token,
+                                 limit=page, offset=None if token else offset)
+        response = yield Call("search", codec.table, index, request, to_get)
+        models = [codec.to_model(pk, attributes) for pk, attributes in response.rows]
+        if remaining is not None:
+            models = models[:remaining]
+            remaining -= len(models)
+        if models:
+            yield Emit(models)
+        token = response.next_token
+        if not token or remaining == 0:
+            return
+
+
+def count_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[int]:
+    _check_search(codec, index)
+    request = md.SearchQuery(_search_query(codec, spec), limit=0, get_total_count=True)
+    response = yield Call("search", codec.table, index, request,
+                          md.ColumnsToGet(return_type=md.ColumnReturnType.NONE))
+    return response.total_count

@@ -1,0 +1,268 @@
+"""Single-row operations: put, get, update, delete, idempotent create (sans-IO, see calls.py).
+
+- Conditions: ``expect`` ("ignore", "exist", "not_exist") plus a column condition (``Attr``).
+- Optimistic locking: a model with ``version="field"`` writes ``version + 1`` on the condition
+  that the stored version is the one the row carries (absent for a new row); a failed check
+  reads the current row and raises ``VersionConflict`` with it.
+- Idempotent create: EXPECT_NOT_EXIST plus a request id stored in the row; when the condition
+  fails (a retry of a create that did land, its answer lost), the row is read back and the create
+  succeeds only if the row carries this request id. Lost answers are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tablestore import OTSServiceError
+from tablestore import metadata as md
+
+from tsmigrate.model import Model
+from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff, retryable
+from tsmigrate.service.calls import Call, Op, Sleep
+from tsmigrate.service.codec import ModelCodec
+from tsmigrate.service.conditions import Attr, Condition, sdk_condition
+from tsmigrate.service.errors import AlreadyExists, ConditionFailed, RowValueError, VersionConflict
+
+EXPECT = {
+    "ignore": md.RowExistenceExpectation.IGNORE,
+    "exist": md.RowExistenceExpectation.EXPECT_EXIST,
+    "not_exist": md.RowExistenceExpectation.EXPECT_NOT_EXIST,
+}
+CONDITION_FAILED = "OTSConditionCheckFail"
+
+
+def expectation(expect: str) -> str:
+    try:
+        return EXPECT[expect]
+    except KeyError:
+        raise RowValueError(f"expect must be one of {', '.join(EXPECT)}, got {expect!r}") from None
+
+
+def _and(a: Condition | None, b: Condition | None) -> Condition | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def key_values(codec: ModelCodec, target: Model | Mapping[str, Any]) -> dict[str, Any]:
+    """Field values of a row given as a model instance or as a mapping of fields."""
+    if isinstance(target, Model):
+        codec.check_model(target)
+        return target.__dict__
+    if isinstance(target, Mapping):
+        return dict(target)
+    raise RowValueError(f"expected a {codec.name} row or a mapping of its key fields, got {target!r}")
+
+
+def columns_to_get(codec: ModelCodec, fields: Iterable[str] | None) -> list[str] | None:
+    if fields is None:
+        return None
+    return [codec.field(name).column for name in fields]
+
+
+def version_guard(codec: ModelCodec, row: Model) -> tuple[str, Condition | None, int]:
+    """For a versioned model: (expectation, condition, next version) guarding a write of ``row``."""
+    current = row.__dict__.get(codec.version)
+    if current is None:
+        return md.RowExistenceExpectation.EXPECT_NOT_EXIST, None, 1
+    return md.RowExistenceExpectation.EXPECT_EXIST, Attr(codec.version) == current, current + 1
+
+
+def get_op(
+    codec: ModelCodec, values: Mapping[str, Any], columns: Iterable[str] | None = None,
+    table: str | None = None,
+) -> Op[Model | None]:
+    table = table or codec.table_for(values)
+    key = codec.key(values)
+    _, row, _ = yield Call("get_row", table, key, columns_to_get(codec, columns), None, 1)
+    if row is None or (not row.attribute_columns and not row.primary_key):
+        return None
+    return codec.to_model(row.primary_key, row.attribute_columns)
+
+
+def _conflict(codec: ModelCodec, values: Mapping[str, Any], table: str, expected: int | None,
+              action: str) -> Op[None]:
+    current = yield from get_op(codec, values, table=table)
+    stored = None if current is None else current.__dict__.get(codec.version)
+    raise VersionConflict(
+        f"{codec.name} {action}: expected version {expected}, the stored row has "
+        f"{'no row' if current is None else f'version {stored}'} (another writer changed it; "
+        "reload and retry)",
+        model=codec.name, key=codec.key(values), expected=expected, current=current,
+    )
+
+
+def put_op(
+    codec: ModelCodec, row: Model, condition: Condition | None = None, expect: str = "ignore",
+) -> Op[Model]:
+    codec.check_model(row)
+    values = row.__dict__
+    table = codec.table_for(values)
+    key = codec.key(values)
+    existence = expectation(expect)
+    cells = codec.row_attributes(row)
+    next_version = None
+    if codec.version:
+        existence, guard, next_version = version_guard(codec, row)
+        condition = _and(guard, condition)
+        cells = [c for c in cells if c[0] != codec.version_column]
+        cells.append((codec.version_column, next_version))
+    try:
+        yield Call("put_row", table, md.Row(key, cells),
+                   md.Condition(existence, sdk_condition(condition, codec)))
+    except OTSServiceError as exc:
+        if exc.code != CONDITION_FAILED:
+            raise
+        if codec.version:
+            yield from _conflict(codec, values, table, values.get(codec.version), "put")
+        raise ConditionFailed(
+            f"{codec.name} put {key}: the condition did not hold ({exc.message})",
+            model=codec.name, key=key,
+        ) from None
+    if next_version is not None:
+        values[codec.version] = next_version
+    return row
+
+
+def update_row_cells(
+    codec: ModelCodec, set: Mapping[str, Any] | None, delete: Iterable[str] | None,
+    increment: Mapping[str, int] | None,
+) -> dict[str, list[Any]]:
+    """UpdateRow cells: ``set`` (a None value deletes the column), ``delete``, ``increment``."""
+    cells: dict[str, list[Any]] = {}
+    puts, deletes, increments = [], [], []
+    for name, value in (set or {}).items():
+        if value is None:
+            deletes.append(codec.field(name).column)
+        else:
+            puts.append(codec.value(name, value))
+    deletes.extend(codec.field(name).column for name in (delete or ()))
+    for name, amount in (increment or {}).items():
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise RowValueError(f"{codec.name}.{name}: increments are integers, got {amount!r}")
+        column, _ = codec.value(name, 0)
+        increments.append((column, amount))
+    for name in (*(set or {}), *(delete or ()), *(increment or {})):
+        if codec.field(name).column in codec.key_column_names:
+            raise RowValueError(f"{codec.name}.{name} is part of the primary key and cannot be updated")
+    if puts:
+        cells[md.UpdateType.PUT] = puts
+    if deletes:
+        cells[md.UpdateType.DELETE_ALL] = deletes
+    if increments:
+        cells[md.UpdateType.INCREMENT] = increments
+    return cells
+
+
+def update_op(
+    codec: ModelCodec, target: Model | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+    delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
+    condition: Condition | None = None, expect: str = "ignore",
+) -> Op[None]:
+    values = key_values(codec, target)
+    table = codec.table_for(values)
+    key = codec.key(values)
+    cells = update_row_cells(codec, set, delete, increment)
+    if not cells:
+        raise RowValueError(
+            f"{codec.name} update {key}: nothing to change (give set=, delete= or increment=)"
+        )
+    existence = expectation(expect)
+    next_version = None
+    if codec.version and isinstance(target, Model):
+        existence, guard, next_version = version_guard(codec, target)
+        condition = _and(guard, condition)
+        cells.setdefault(md.UpdateType.PUT, []).append((codec.version_column, next_version))
+    try:
+        yield Call("update_row", table, md.Row(key, cells),
+                   md.Condition(existence, sdk_condition(condition, codec)))
+    except OTSServiceError as exc:
+        if exc.code != CONDITION_FAILED:
+            raise
+        if next_version is not None:
+            yield from _conflict(codec, values, table, values.get(codec.version), "update")
+        raise ConditionFailed(
+            f"{codec.name} update {key}: the condition did not hold ({exc.message})",
+            model=codec.name, key=key,
+        ) from None
+    if isinstance(target, Model):
+        for name, value in (set or {}).items():
+            target.__dict__[name] = value
+        for name in delete or ():
+            target.__dict__[name] = None
+        if next_version is not None:
+            target.__dict__[codec.version] = next_version
+
+
+def delete_op(
+    codec: ModelCodec, target: Model | Mapping[str, Any], *, condition: Condition | None = None,
+    expect: str = "ignore",
+) -> Op[None]:
+    values = key_values(codec, target)
+    table = codec.table_for(values)
+    key = codec.key(values)
+    existence = expectation(expect)
+    expected = values.get(codec.version) if codec.version and isinstance(target, Model) else None
+    if expected is not None:
+        existence = md.RowExistenceExpectation.EXPECT_EXIST
+        condition = _and(Attr(codec.version) == expected, condition)
+    try:
+        yield Call("delete_row", table, md.Row(key),
+                   md.Condition(existence, sdk_condition(condition, codec)))
+    except OTSServiceError as exc:
+        if exc.code != CONDITION_FAILED:
+            raise
+        if expected is not None:
+            yield from _conflict(codec, values, table, expected, "delete")
+        raise ConditionFailed(
+            f"{codec.name} delete {key}: the condition did not hold ({exc.message})",
+            model=codec.name, key=key,
+        ) from None
+
+
+def create_op(
+    codec: ModelCodec, row: Model, request_id: str | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+) -> Op[Model]:
+    """Create ``row`` exactly once, however often the request is repeated (same request id)."""
+    codec.check_model(row)
+    values = row.__dict__
+    table = codec.table_for(values)
+    key = codec.key(values)
+    request_id = request_id or uuid.uuid4().hex
+    cells = codec.row_attributes(row)
+    if codec.version:
+        cells = [c for c in cells if c[0] != codec.version_column]
+        cells.append((codec.version_column, 1))
+    cells.append((codec.request_id_column, request_id))
+    put = md.Row(key, cells)
+    condition = md.Condition(md.RowExistenceExpectation.EXPECT_NOT_EXIST)
+    attempt = 0
+    while True:
+        try:
+            yield Call("put_row", table, put, condition)
+            break
+        except OTSServiceError as exc:
+            if exc.code == CONDITION_FAILED:
+                _, stored, _ = yield Call(
+                    "get_row", table, key, [codec.request_id_column], None, 1
+                )
+                cells_read = {c[0]: c[1] for c in (stored.attribute_columns if stored else ())}
+                if cells_read.get(codec.request_id_column) == request_id:
+                    break  # an earlier attempt of this very request landed
+                current = yield from get_op(codec, values, table=table)
+                raise AlreadyExists(
+                    f"{codec.name} {key} already exists (created by another request)",
+                    model=codec.name, key=key, current=current,
+                ) from None
+            if not retryable(exc) or attempt + 1 >= backoff.attempts:
+                raise
+        except Exception as exc:
+            if not retryable(exc) or attempt + 1 >= backoff.attempts:
+                raise
+        yield Sleep(backoff.delay(attempt))
+        attempt += 1
+    if codec.version:
+        values[codec.version] = 1
+    return row

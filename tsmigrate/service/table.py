@@ -1,0 +1,83 @@
+"""``Rows``: a model bound to an ``OTSClient``, the service-facing API.
+
+    telemetry = Rows(Telemetry, client)
+    telemetry.put(Telemetry(device_id="dev-1", ts=now, battery=80))
+    row = telemetry.get(device_id="dev-1", ts=now)
+
+Every method runs an operation of rows.py / batch.py / query.py; ``AsyncRows`` (aio.py) runs
+the very same operations on an ``AsyncOTSClient``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from tsmigrate.model import Model
+from tsmigrate.service import batch, query, rows
+from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff
+from tsmigrate.service.calls import run, stream
+from tsmigrate.service.codec import codec
+from tsmigrate.service.conditions import Condition
+
+M = TypeVar("M", bound=Model)
+
+
+class Rows(Generic[M]):
+    def __init__(self, model: type[M], client: Any, *, backoff: Backoff = DEFAULT_BACKOFF):
+        self.model = model
+        self.client = client
+        self.codec = codec(model)
+        self.backoff = backoff
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
+        """Write the whole row (columns set to None are not stored)."""
+        return run(self.client, rows.put_op(self.codec, row, condition, expect))
+
+    def get(self, *, columns: Iterable[str] | None = None, **key: Any) -> M | None:
+        """The row with this key (natural fields; derived key columns are computed), or None."""
+        return run(self.client, rows.get_op(self.codec, key, columns))
+
+    def update(
+        self, target: M | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+        delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
+        condition: Condition | None = None, expect: str = "ignore",
+    ) -> None:
+        run(self.client, rows.update_op(self.codec, target, set=set, delete=delete,
+                                        increment=increment, condition=condition, expect=expect))
+
+    def delete(self, target: M | Mapping[str, Any], *, condition: Condition | None = None,
+               expect: str = "ignore") -> None:
+        run(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
+
+    def create(self, row: M, *, request_id: str | None = None) -> M:
+        """Create the row exactly once; repeating it with the same request id succeeds."""
+        return run(self.client, rows.create_op(self.codec, row, request_id, self.backoff))
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def batch_write(
+        self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
+        delete: Iterable[M | Mapping[str, Any]] = (),
+    ) -> batch.BatchResult:
+        return run(self.client, batch.write_op(self.codec, put, update, delete, self.backoff))
+
+    def batch_get(
+        self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
+    ) -> batch.BatchGetResult:
+        return run(self.client, batch.get_op(self.codec, keys, columns, self.backoff))
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def query(self, **spec: Any) -> Iterator[M]:
+        """Rows by key prefix and range (see ``query.Query`` for the arguments), lazily."""
+        return stream(self.client, query.range_op(self.codec, query.Query.build(self.codec, spec)))
+
+    def search(self, index: str, **spec: Any) -> Iterator[M]:
+        return stream(self.client, query.search_op(self.codec, index, spec))
+
+    def count(self, index: str, **spec: Any) -> int:
+        """How many rows of the search index match (the service's total count)."""
+        return run(self.client, query.count_op(self.codec, index, spec))

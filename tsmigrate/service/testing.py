@@ -1,0 +1,29 @@
+"""Tables for a service's own tests: create the models' tables in a (fresh, local) instance.
+
+    @pytest.fixture
+    def telemetry(ots_instance):
+        client = ots_instance.client()
+        create_tables(client, [Telemetry])
+        return Rows(Telemetry, client)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from tsmigrate.model import Model, compile_models
+
+
+def create_tables(client: Any, models: Iterable[type[Model]], *, now: datetime | None = None) -> None:
+    """Bring the instance in line with ``models`` (tables, secondary and search indexes; a
+    family's current and coming months), the way ``tsmigrate apply`` does."""
+    from tsmigrate.apply import apply
+    from tsmigrate.familyplan import expand_families
+
+    models = list(models)
+    catalog = compile_models(models)
+    names = list(client.list_table())
+    catalog = expand_families(catalog, models, names, now or datetime.now(timezone.utc)).catalog
+    apply(client, catalog, target_identity="tests")
