@@ -361,35 +361,55 @@ def valid_catalogs(draw: Draw, max_tables: int = 3, min_tables: int = 0, **flags
     return Catalog(tables=[_draw_table(draw, taken, **flags) for _ in range(count)])
 
 
-def _changed_table(draw: Draw, table: Table) -> Table:
-    """A random change of ``table`` that keeps its key: options, throughput, dropped indexes,
-    defined columns added and dropped, stream switched."""
+def _changed_table(draw: Draw, table: Table, taken: set[str]) -> Table:
+    """A random change of ``table`` that keeps its key: options, throughput, secondary indexes
+    dropped, search indexes dropped, replaced (same name, another definition) or added, defined
+    columns added and dropped, stream switched. ``taken``: names used in the catalog."""
     indexes = list(table.secondary_indexes)
-    search = list(table.search_indexes)
     if indexes and draw(_BOOL):
         indexes.remove(_pick(draw, indexes))
-    if search and draw(_BOOL):
-        search = []
-    indexed = bool(indexes or search)
+    # Search indexes: each kept, dropped or replaced; then maybe a new one.
+    fates = [_pick(draw, ("keep", "drop", "replace")) for _ in table.search_indexes]
+    search_plan = [(i, fate) for i, fate in zip(table.search_indexes, fates, strict=True) if fate != "drop"]
+    add_search = _chance(draw, 2)
+
     ttl = draw(_TTLS)
+    indexed = bool(indexes or search_plan or add_search)
     options = TableOptions(
         time_to_live=ttl,
         max_versions=1 if indexed else draw(_MAX_VERSIONS),
         max_time_deviation=draw(_DEVIATIONS),
         allow_update=False if indexed and ttl != NO_TTL else draw(_BOOL),
     )
-    # A search index expires with its table: the only TTL valid for every table TTL.
-    search = [attrs.evolve(i, time_to_live=ttl) for i in search]
     throughput = ReservedThroughput(read=draw(_CU), write=draw(_CU)) if draw(_BOOL) else table.throughput
-    # Defined columns: drop one no index uses, add a new one.
-    used = {c for i in indexes for c in (*i.keys, *i.include)} | {f.name for i in search for f in i.fields}
+
+    # Defined columns: add a new one; drop one nothing uses (indexes kept, key derivations).
     defined = list(table.defined_columns)
+    if draw(_BOOL):
+        used = {c.name for c in (*table.primary_key, *table.defined_columns, *table.attributes)}
+        defined.append(DefinedColumn(_fresh(draw, used), _pick(draw, DEFINED_COLUMN_TYPES)))
+    pk_names = [c.name for c in table.primary_key]
+    columns = [(c.name, c.type) for c in (*table.primary_key, *defined, *table.attributes)]
+
+    search = []
+    for index, fate in search_plan:
+        if fate == "replace":
+            fresh = _search_index(draw, set(), columns, pk_names, options)
+            if fresh is not None and fresh.fields:
+                search.append(attrs.evolve(fresh, name=index.name))
+                continue
+        # A kept search index expires with its table: the only TTL valid for every table TTL.
+        search.append(attrs.evolve(index, time_to_live=ttl))
+    if add_search:
+        added = _search_index(draw, taken, columns, pk_names, options)
+        if added is not None:
+            search.append(added)
+
+    used = {c for i in indexes for c in (*i.keys, *i.include)} | {f.name for i in search for f in i.fields}
+    used |= {s for c in table.primary_key if c.derivation is not None for s in c.derivation.sources}
     droppable = [c for c in defined if c.name not in used]
     if droppable and draw(_BOOL):
         defined.remove(_pick(draw, droppable))
-    if draw(_BOOL):
-        taken = {c.name for c in (*table.primary_key, *table.defined_columns, *table.attributes)}
-        defined.append(DefinedColumn(_fresh(draw, taken), _pick(draw, DEFINED_COLUMN_TYPES)))
     stream = table.stream
     if draw(_BOOL):
         stream = StreamSpec(enabled=draw(_BOOL), expiration_hours=draw(_STREAM_HOURS))
@@ -402,15 +422,16 @@ def _changed_table(draw: Draw, table: Table) -> Table:
 @st.composite
 def catalog_changes(draw: Draw, max_tables: int = 3, **flags: Any) -> tuple[Catalog, Catalog]:
     """Two valid catalogs, the second a random evolution of the first: tables kept, changed
-    (options, throughput, dropped indexes) or dropped, and new tables added."""
+    (options, throughput, indexes dropped, search indexes replaced or added, columns) or dropped,
+    and new tables added."""
     before = draw(valid_catalogs(max_tables=max_tables, **flags))
     taken = {t.name for t in before.tables}
     taken |= {i.name for t in before.tables for i in (*t.secondary_indexes, *t.search_indexes)}
     after = []
     for table in before.tables:
-        fate = draw(st.sampled_from(("keep", "change", "drop")))
+        fate = draw(st.sampled_from(("keep", "change", "change", "drop")))
         if fate != "drop":
-            after.append(_changed_table(draw, table) if fate == "change" else table)
+            after.append(_changed_table(draw, table, taken) if fate == "change" else table)
     for _ in range(draw(st.integers(0, max_tables - len(after)))):
         after.append(_draw_table(draw, taken, **flags))
     return before, Catalog(tables=after)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -145,16 +146,52 @@ def test_rewrite_is_refused_until_the_engine_lands(ots_client):
     assert _live(ots_client).table("events_v2") is None
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                  HealthCheck.filter_too_much, HealthCheck.too_slow])
-@given(pair=catalog_changes(max_tables=3, derive=False))
+def _apply_checking_every_step(client, models: Catalog):
+    """apply, asserting after every step that the whole live schema has the fingerprint the
+    plan predicted for it. A step whose table does not reach the predicted state fails within
+    seconds with both states (apply itself would wait 300 s)."""
+    plans: list = []
+    real_settle = adapter.settle
+
+    def settle_or_show(client, name, expected, timeout_s=300.0):
+        if real_settle(client, name, expected, timeout_s=10.0):
+            return True
+        live = _live(client)
+        current = next((t for t in live.tables if t.name == name), None)
+        raise AssertionError(f"{name} did not become the plan's prediction:\n"
+                             f"live      {current}\npredicted {expected}")
+
+    def check(number: int, total: int, step) -> None:
+        # Steps 1 .. number-1 have run: the live schema is the prediction after step number-1.
+        plan = plans[0]
+        expected = plan.step_fingerprints[number - 2] if number > 1 else plan.source_fingerprint
+        assert physical(_live(client)).fingerprint() == expected, (
+            f"after step {number - 1} of {total} "
+            f"({plan.steps[number - 2].summary() if number > 1 else 'none'})"
+        )
+
+    with patch.object(adapter, "settle", settle_or_show):
+        outcome = apply(client, models, target_identity=IDENTITY, allow_destructive=True, prune=True,
+                        confirm=lambda plan: plans.append(plan) or True, progress=check)
+    # ... and after the last step.
+    assert physical(_live(client)).fingerprint() == outcome.plan.target_fingerprint
+    if outcome.plan.steps:
+        assert outcome.plan.step_fingerprints[-1] == outcome.plan.target_fingerprint
+    return outcome
+
+
+# Each example applies two catalogs of up to 3 tables through the server (about 0.3 s each);
+# 25 examples keep the whole suite within CI's minutes while the widened strategy (search
+# indexes created, replaced and added on existing tables, key derivations on) gets exercised.
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much,
+                                 HealthCheck.too_slow])
+@given(pair=catalog_changes(max_tables=3))
 def test_applying_any_change_then_planning_again_yields_no_changes(local_ots, pair):
     before, after = pair
     assume(not validate_catalog(after))
     client = local_ots.fresh_instance("prop").client()
-    first = apply(client, before, target_identity=IDENTITY, allow_destructive=True, prune=True)
-    assert physical(_live(client)).fingerprint() == first.plan.target_fingerprint
-    second = apply(client, after, target_identity=IDENTITY, allow_destructive=True, prune=True)
-    assert physical(_live(client)).fingerprint() == second.plan.target_fingerprint
+    _apply_checking_every_step(client, before)
+    second = _apply_checking_every_step(client, after)
     assert not _replan(client, after).has_changes
     assert all(s.kind != ops.RewriteTable.kind for s in second.plan.steps)
