@@ -174,9 +174,7 @@ def test_example_patterns_are_all_served():
 
 
 def test_lint_command_exit_codes(tmp_path, monkeypatch):
-    (tmp_path / "pyproject.toml").write_text(
-        '[tool.tsmigrate]\nmodels = ["lm"]\n[tool.tsmigrate.lint]\nseverity = {"TS-AP501" = "error"}\n'
-    )
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["lm"]\n')
     (tmp_path / "lm.py").write_text(
         "from tsmigrate import AccessPattern, Column, Model, PrimaryKey\n"
         "class L(Model, table='l'):\n"
@@ -190,7 +188,15 @@ def test_lint_command_exit_codes(tmp_path, monkeypatch):
     assert "TS-AP501" in result.output and "GlobalIndex(keys=['b'])" in result.output
     as_json = CliRunner().invoke(main, ["lint", "--format", "json"])
     assert json.loads(as_json.output)[0]["code"] == "TS-AP501"
+    # Configured down to a warning (from its default, error): reported, and the exit code is 0.
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tsmigrate]\nmodels = ["lm"]\n[tool.tsmigrate.lint]\nseverity = {"TS-AP501" = "warning"}\n'
+    )
+    warned = CliRunner().invoke(main, ["lint", "--format", "json"])
+    assert warned.exit_code == 0
+    assert [(f["code"], f["severity"]) for f in json.loads(warned.output)] == [("TS-AP501", "warning")]
     (tmp_path / "pyproject.toml").write_text(
         '[tool.tsmigrate]\nmodels = ["lm"]\n[tool.tsmigrate.lint]\ndisable = ["TS-AP501"]\n'
     )
-    assert CliRunner().invoke(main, ["lint"]).exit_code == 0
+    disabled = CliRunner().invoke(main, ["lint"])
+    assert disabled.exit_code == 0 and "TS-AP501" not in disabled.output

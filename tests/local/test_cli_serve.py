@@ -6,23 +6,38 @@ import signal
 import subprocess
 import sys
 
-from tablestore import CapacityUnit, OTSClient, ReservedThroughput, TableMeta, TableOptions
+import pytest
+from tablestore import (
+    CapacityUnit,
+    OTSClient,
+    OTSServiceError,
+    ReservedThroughput,
+    Row,
+    TableMeta,
+    TableOptions,
+)
+from tablestore.retry import NoRetryPolicy
 
 
 def test_serve_prints_endpoint_and_stops_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve"]
     cmd += ["--port", "0", "--data", str(tmp_path), "--instance", "dev", "--access-key-id", "me"]
-    cmd += ["--access-key-secret", "s3cret", "--fault", "capacity@GetRow=0"]
+    # Every GetRow fails (and only GetRow): the fault option reaches the server's request path.
+    cmd += ["--access-key-secret", "s3cret", "--fault", "capacity@GetRow=1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         endpoint = proc.stdout.readline().strip()
         assert endpoint.startswith("http://127.0.0.1:")
-        client = OTSClient(endpoint, "me", "s3cret", "dev")
+        client = OTSClient(endpoint, "me", "s3cret", "dev", retry_policy=NoRetryPolicy())
         client.create_table(
             TableMeta("t", [("id", "INTEGER")]), TableOptions(), ReservedThroughput(CapacityUnit())
         )
         assert client.list_table() == ("t",)
+        client.put_row("t", Row([("id", 1)], [("v", "x")]))
+        with pytest.raises(OTSServiceError) as refused:
+            client.get_row("t", [("id", 1)], max_version=1)
+        assert (refused.value.http_status, refused.value.code) == (403, "OTSNotEnoughCapacityUnit")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
