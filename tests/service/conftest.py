@@ -7,9 +7,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))  # service_models
 
 from service_models import Account, Event, Reading, Tick
 
-from tsmigrate.service import Backoff, Rows, create_tables
+from tsmigrate.retry import TsmigrateRetryPolicy
+from tsmigrate.service import Rows, create_tables
 
-FAST = Backoff(base=0.001, cap=0.02, attempts=30)
+FAST = TsmigrateRetryPolicy(max_retries=30, base_delay_s=0.001, throttled_delay_s=0.001,
+                            max_delay_s=0.02)
 
 
 @pytest.fixture
@@ -21,9 +23,9 @@ def client(ots_instance):
 
 @pytest.fixture
 def accounts(client):
-    return Rows(Account, client, backoff=FAST)
+    return Rows(Account, client, retry=FAST)
 
 
 @pytest.fixture
 def readings(client):
-    return Rows(Reading, client, backoff=FAST)
+    return Rows(Reading, client, retry=FAST)

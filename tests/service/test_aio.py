@@ -13,8 +13,8 @@ def test_async_rows_queries_and_batches(ots_instance, client):
     async def scenario():
         async_client = ots_instance.async_client()
         try:
-            readings = AsyncRows(Reading, async_client, backoff=FAST)
-            accounts = AsyncRows(Account, async_client, backoff=FAST)
+            readings = AsyncRows(Reading, async_client, retry=FAST)
+            accounts = AsyncRows(Account, async_client, retry=FAST)
             result = await readings.batch_write(
                 put=[Reading(device_id="d", ts=i, battery=i, serial="S") for i in range(450)],
                 update=[Update({"device_id": "e", "ts": 1}, increment={"battery": 2})])

@@ -1,19 +1,18 @@
 """Batches: chunking, retry of failed rows only, per-row results; exactly once under faults."""
 
 from batching import AnswerCountingClient
+from conftest import FAST
 from service_models import Account, Reading
 
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.service import Attr, Backoff, Rows, Update
-
-FAST = Backoff(base=0.001, cap=0.02, attempts=30)
+from tsmigrate.service import Attr, Rows, Update
 
 
 def test_batch_write_lands_every_row_exactly_once_under_faults(ots_instance, client,
                                                                ots_server_options):
     counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
                                     ots_instance.access_key_secret, ots_instance.instance)
-    rows = Rows(Reading, counting, backoff=FAST)
+    rows = Rows(Reading, counting, retry=FAST)
     count = 3000
     ots_server_options.faults = FaultPlan.parse(
         "server_busy@BatchWriteRow=0.15,batch_row=0.1,seed=11")
@@ -41,7 +40,7 @@ def test_chunks_respect_row_and_byte_limits(client, ots_instance):
         return original(request)
 
     counting.batch_write_row = recording
-    rows = Rows(Reading, counting, backoff=FAST)
+    rows = Rows(Reading, counting, retry=FAST)
     big = b"x" * 300_000  # 14 of these exceed the 4 MB request limit
     result = rows.batch_write(put=[Reading(device_id="d", ts=i, payload=big) for i in range(30)])
     assert result.ok and result.written == 30

@@ -76,7 +76,7 @@ def test_results_stream_lazily(readings):
 
 
 def test_bucketed_key_reads_every_bucket_and_merges_in_order(client):
-    ticks = Rows(Tick, client, backoff=FAST)
+    ticks = Rows(Tick, client, retry=FAST)
     ticks.batch_write(put=[Tick(ts=t, value=t * 10) for t in range(0, 40, 3)]).raise_for_failures()
     assert [t.ts for t in ticks.query()] == list(range(0, 40, 3))
     assert [t.ts for t in ticks.query(ts=Range(gte=6, lt=30))] == [6, 9, 12, 15, 18, 21, 24, 27]
@@ -85,7 +85,7 @@ def test_bucketed_key_reads_every_bucket_and_merges_in_order(client):
 
 
 def test_descending_key_reads_in_the_fields_order(client):
-    events = Rows(Event, client, backoff=FAST)
+    events = Rows(Event, client, retry=FAST)
     events.batch_write(put=[Event(device="d", ts=t, kind="k") for t in (5, 1, 9, 3)])
     assert [e.ts for e in events.query(device="d")] == [9, 5, 3, 1]  # newest first by key
     assert [e.ts for e in events.query(device="d", ts=Range(gte=2, lte=5))] == [3, 5]

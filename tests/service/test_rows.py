@@ -139,7 +139,7 @@ class LostAnswers(OTSClient):
 def test_idempotent_create_succeeds_when_its_own_write_landed(ots_instance, client, accounts):
     lossy = LostAnswers(ots_instance.endpoint, ots_instance.access_key_id,
                         ots_instance.access_key_secret, ots_instance.instance, lose=1)
-    rows = Rows(Account, lossy, backoff=accounts.backoff)
+    rows = Rows(Account, lossy, retry=accounts.retry)
     row = rows.create(Account(user_id="bob", visits=1), request_id="req-1")
     assert lossy.calls == 2  # written by the first; the retry found its own request id
     assert row.version == 1
@@ -161,8 +161,10 @@ def test_idempotent_create_under_injected_faults(ots_instance, client, accounts,
 
     # The SDK does not retry here: every failure reaches the create, which retries it.
     plain = ots_instance.client(retry_policy=NoRetryPolicy())
-    accounts = Rows(Account, plain, backoff=accounts.backoff)
-    ots_server_options.faults = FaultPlan.parse("server_busy@PutRow=0.5,timeout@PutRow=0.3,seed=3")
+    accounts = Rows(Account, plain, retry=accounts.retry)
+    # done_timeout: the write is carried out, then answered OTSTimeout (the answer is lost).
+    ots_server_options.faults = FaultPlan.parse(
+        "server_busy@PutRow=0.3,timeout@PutRow=0.2,done_timeout@PutRow=0.3,seed=3")
     for i in range(20):
         accounts.create(Account(user_id=f"u{i}", visits=i), request_id=f"r{i}")
     ots_server_options.faults = None

@@ -3,7 +3,6 @@ official SDK, with the same API on ``OTSClient`` (``Rows``) and ``AsyncOTSClient
 (``AsyncRows``). See the README section "Models for services"."""
 
 from tsmigrate.service.aio import AsyncRows
-from tsmigrate.service.backoff import Backoff
 from tsmigrate.service.batch import BatchGetResult, BatchResult, Failure, Update
 from tsmigrate.service.conditions import Attr
 from tsmigrate.service.errors import (
@@ -20,7 +19,7 @@ from tsmigrate.service.table import Rows
 from tsmigrate.service.testing import create_tables
 
 __all__ = [
-    "AlreadyExists", "AsyncRows", "Attr", "Backoff", "BatchError", "BatchGetResult", "BatchResult",
+    "AlreadyExists", "AsyncRows", "Attr", "BatchError", "BatchGetResult", "BatchResult",
     "ConditionFailed", "Exists", "Failure", "Match", "Prefix", "QueryError", "Range", "RowError",
     "RowValueError", "Rows", "Update", "VersionConflict", "between", "create_tables",
 ]

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from tsmigrate.model import Model
+from tsmigrate.retry import TsmigrateRetryPolicy
 from tsmigrate.service import batch, query, rows
-from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff
+from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
@@ -22,11 +23,12 @@ M = TypeVar("M", bound=Model)
 
 
 class AsyncRows(Generic[M]):
-    def __init__(self, model: type[M], client: Any, *, backoff: Backoff = DEFAULT_BACKOFF):
+    def __init__(self, model: type[M], client: Any, *, retry: TsmigrateRetryPolicy | None = None):
         self.model = model
         self.client = client
         self.codec = codec(model)
-        self.backoff = backoff
+        # Retries of batch rows and idempotent creates (tsmigrate.retry's policy by default).
+        self.retry = policy_for(retry)
 
     async def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
         return await arun(self.client, rows.put_op(self.codec, row, condition, expect))
@@ -48,18 +50,18 @@ class AsyncRows(Generic[M]):
         await arun(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
 
     async def create(self, row: M, *, request_id: str | None = None) -> M:
-        return await arun(self.client, rows.create_op(self.codec, row, request_id, self.backoff))
+        return await arun(self.client, rows.create_op(self.codec, row, request_id, self.retry))
 
     async def batch_write(
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
         delete: Iterable[M | Mapping[str, Any]] = (),
     ) -> batch.BatchResult:
-        return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.backoff))
+        return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
 
     async def batch_get(
         self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
     ) -> batch.BatchGetResult:
-        return await arun(self.client, batch.get_op(self.codec, keys, columns, self.backoff))
+        return await arun(self.client, batch.get_op(self.codec, keys, columns, self.retry))
 
     def query(self, **spec: Any) -> AsyncIterator[M]:
         return astream(self.client, query.range_op(self.codec, query.Query.build(self.codec, spec)))

@@ -1,62 +1,50 @@
-"""Which failures are worth retrying, and how long to wait: capped exponential backoff with jitter.
+"""Retries of the service layer, by the project's one policy (``tsmigrate.retry``).
 
-The SDK's own retry policy already retries throttled requests; this covers what it does not:
-rows that failed inside a batch, and writes whose answer was lost (a timeout or a dropped
-connection) where the operation itself is safe to repeat (an idempotent create).
+The SDK client retries whole requests by its own policy (give it ``tsmigrate.retry.RETRY_POLICY``
+or call ``retry.install(client)``). This covers what no client policy can: rows that failed
+inside a batch, and conditional writes made safe to repeat by a request id (idempotent create).
+Classification and delays are ``tsmigrate.retry``'s: rejected failures (nothing was done) are
+always retried; ambiguous ones (it may have been done) only where repeating is harmless.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
+from typing import Any
 
-import attrs
-import urllib3.exceptions
 from tablestore import OTSServiceError
 
-# Error codes that mean "not done, try again later" (throttling and transient unavailability).
-RETRYABLE_CODES = frozenset({
-    "OTSServerBusy", "OTSNotEnoughCapacityUnit", "OTSOperationThrottled", "OTSQuotaExhausted",
-    "OTSPartitionUnavailable", "OTSTableNotReady", "OTSRowOperationConflict",
-    "OTSTimeout", "OTSInternalServerError", "OTSServerUnavailable",
-})
-THROTTLING_CODES = frozenset({
-    "OTSServerBusy", "OTSNotEnoughCapacityUnit", "OTSOperationThrottled", "OTSQuotaExhausted",
-})
+from tsmigrate.retry import (
+    AMBIGUOUS_CODES,
+    REJECTED_CODES,
+    RETRY_POLICY,
+    TsmigrateRetryPolicy,
+    ambiguous,
+    rejected,
+)
+
+# Per-row errors of BatchWriteRow / BatchGetRow, classified like whole requests.
+_ROW_REJECTED = REJECTED_CODES | {"OTSQuotaExhausted"}
 
 
-def retryable_code(code: str | None) -> bool:
-    return code in RETRYABLE_CODES
+def row_retryable(code: str | None, repeatable: bool) -> bool:
+    """May a row that failed with ``code`` inside a batch be sent again? ``repeatable``: the row
+    sets or removes a whole row, or is a read (not an increment)."""
+    return code in _ROW_REJECTED or (repeatable and code in AMBIGUOUS_CODES)
 
 
-def transport_error(exc: BaseException) -> bool:
-    """A request whose answer never came: it may or may not have been executed."""
-    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError, asyncio.TimeoutError)):
-        return True
-    try:
-        import aiohttp  # the SDK's asyncio transport
-    except ImportError:  # pragma: no cover - installed with the SDK
-        return False
-    return isinstance(exc, aiohttp.ClientError)
+def call_retryable(exc: BaseException, repeatable: bool) -> bool:
+    """May a failed call be repeated? (``repeatable`` as for rows.)"""
+    return rejected(exc) or (repeatable and ambiguous(exc))
 
 
-def retryable(exc: BaseException) -> bool:
-    if isinstance(exc, OTSServiceError):
-        return retryable_code(exc.code) or exc.http_status in (500, 502, 503)
-    return transport_error(exc)
+def delay(policy: TsmigrateRetryPolicy, attempt: int, code: str | None) -> float:
+    """The policy's capped, jittered delay before attempt ``attempt + 1``."""
+    return policy.get_retry_delay(attempt, OTSServiceError(503, code or "", ""), "")
 
 
-@attrs.frozen
-class Backoff:
-    """``min(cap, base * 2**attempt)`` seconds, jittered to 50-100% of it, ``attempts`` tries."""
-
-    base: float = 0.02
-    cap: float = 2.0
-    attempts: int = 12
-
-    def delay(self, attempt: int) -> float:
-        limit = min(self.cap, self.base * (2 ** min(attempt, 30)))
-        return limit * (0.5 + 0.5 * random.random())
+def policy_for(retry: TsmigrateRetryPolicy | None) -> TsmigrateRetryPolicy:
+    return RETRY_POLICY if retry is None else retry
 
 
-DEFAULT_BACKOFF = Backoff()
+def code_of(exc: Any) -> tuple[str, str]:
+    return getattr(exc, "code", None) or type(exc).__name__, getattr(exc, "message", None) or str(exc)

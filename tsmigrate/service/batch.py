@@ -24,7 +24,8 @@ from tablestore import OTSServiceError
 from tablestore import metadata as md
 
 from tsmigrate.model import Model
-from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff, retryable, retryable_code
+from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
+from tsmigrate.service.backoff import call_retryable, code_of, delay, row_retryable
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Condition, sdk_condition
@@ -121,8 +122,8 @@ def _size(cells: Iterable[Any]) -> int:
 
 
 class _Item:
-    __slots__ = ("action", "after", "attempts", "error", "identity", "key", "request", "size",
-                 "source", "table")
+    __slots__ = ("action", "after", "attempts", "error", "identity", "key", "repeatable", "request",
+                 "size", "source", "table")
 
     def __init__(self, action: str, source: Any, table: str, key: list[tuple[str, Any]],
                  request: md.RowItem, cells: Iterable[Any], after: Any = None):
@@ -134,6 +135,9 @@ class _Item:
         self.attempts = 0
         self.error = ("", "")  # the last retryable error, reported if retries run out
         self.after = after  # applied to the source row once written (a new version)
+        # Sending it twice leaves the same row (not so an increment).
+        self.repeatable = not (isinstance(request, md.UpdateRowItem)
+                               and md.UpdateType.INCREMENT in request.row.attribute_columns)
         self.size = 16 + _size(key) + _size(cells)
         self.identity: tuple[Any, ...] | None = None
 
@@ -203,7 +207,7 @@ def _write_request(chunk: list[_Item]) -> tuple[md.BatchWriteRowRequest, dict[st
 
 def write_op(
     codec: ModelCodec, puts: Iterable[Model] = (), updates: Iterable[Update] = (),
-    deletes: Iterable[Any] = (), backoff: Backoff = DEFAULT_BACKOFF,
+    deletes: Iterable[Any] = (), retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
 ) -> Op[BatchResult]:
     result = BatchResult()
@@ -258,20 +262,23 @@ def write_op(
         again: list[_Item] = []
         try:
             response = yield Call("batch_write_row", request)
-        except OTSServiceError as exc:
-            if retryable(exc):
-                again = _count_attempt(chunk, exc.code, exc.message)
+        except Exception as exc:
+            code, message = code_of(exc)
+            if call_retryable(exc, True):
+                again = _count_attempt(chunk, code, message)
+                # Lost answers: an increment may have been applied; never apply it twice.
+                for item in [i for i in again if not call_retryable(exc, i.repeatable)]:
+                    fail(item, code, f"{message} (the update may or may not have been applied)")
+                    settled(item)
+                again = [i for i in again if call_retryable(exc, i.repeatable)]
+            elif not isinstance(exc, OTSServiceError):
+                raise
             elif len(chunk) > 1:
                 alone.extend(chunk)  # find the row the service refused
             else:
                 chunk[0].attempts += 1
-                fail(chunk[0], exc.code, exc.message)
+                fail(chunk[0], code, message)
                 settled(chunk[0])
-        except Exception as exc:
-            if not retryable(exc):
-                raise
-            # The answer was lost: resend (puts and deletes are safe to repeat).
-            again = _count_attempt(chunk, type(exc).__name__, str(exc))
         else:
             for table, items in by_table.items():
                 answers = (
@@ -286,21 +293,21 @@ def write_op(
                         if item.after is not None:
                             item.source.__dict__[codec.version] = item.after
                         settled(item)
-                    elif retryable_code(answer.error_code):
+                    elif row_retryable(answer.error_code, item.repeatable):
                         item.error = (answer.error_code, answer.error_message)
                         again.append(item)
                     else:
                         fail(item, answer.error_code, answer.error_message)
                         settled(item)
-        for item in [i for i in again if i.attempts >= backoff.attempts]:
+        for item in [i for i in again if i.attempts > retry.max_retries]:
             fail(item, item.error[0], f"{item.error[1]} (still failing after {item.attempts} attempts)")
             settled(item)
-        again = [i for i in again if i.attempts < backoff.attempts]
+        again = [i for i in again if i.attempts <= retry.max_retries]
         if again:
             for item in again:
                 retrying.add(item.ident())
             carry.extend(again)
-            yield Sleep(backoff.delay(max(i.attempts for i in again) - 1))
+            yield Sleep(delay(retry, max(i.attempts for i in again) - 1, again[0].error[0]))
 
 
 def _count_attempt(chunk: list[_Item], code: str, message: str) -> list[_Item]:
@@ -312,19 +319,19 @@ def _count_attempt(chunk: list[_Item], code: str, message: str) -> list[_Item]:
 
 def get_op(
     codec: ModelCodec, targets: Iterable[Model | Mapping[str, Any]],
-    columns: Iterable[str] | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+    columns: Iterable[str] | None = None, retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = GET_ROWS,
 ) -> Op[BatchGetResult]:
     keyed = []
     for target in targets:
         values = key_values(codec, target)
         keyed.append((target, codec.table_for(values), codec.key(values)))
-    return (yield from get_keys_op(codec, keyed, columns, backoff, max_rows))
+    return (yield from get_keys_op(codec, keyed, columns, retry, max_rows))
 
 
 def get_keys_op(
     codec: ModelCodec, keyed: list[tuple[Any, str, list[tuple[str, Any]]]],
-    columns: Iterable[str] | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+    columns: Iterable[str] | None = None, retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = GET_ROWS,
 ) -> Op[BatchGetResult]:
     """Batch get of ready keys: (what the caller asked for, table, primary key) each."""
@@ -346,11 +353,10 @@ def get_keys_op(
         try:
             response = yield Call("batch_get_row", request)
         except Exception as exc:
-            if not retryable(exc):
+            if not call_retryable(exc, True):
                 raise
             again = chunk
-            code = getattr(exc, "code", type(exc).__name__)
-            message = getattr(exc, "message", str(exc))
+            code, message = code_of(exc)
         else:
             for table, positions in by_table.items():
                 for position, item in zip(positions, response.get_result_by_table(table), strict=True):
@@ -358,7 +364,7 @@ def get_keys_op(
                         row = item.row
                         if row is not None and (row.primary_key or row.attribute_columns):
                             rows[position] = codec.to_model(row.primary_key, row.attribute_columns)
-                    elif retryable_code(item.error_code):
+                    elif row_retryable(item.error_code, True):
                         again.append(position)
                         code, message = item.error_code, item.error_message
                     else:
@@ -368,12 +374,12 @@ def get_keys_op(
         retried = []
         for position in again:
             attempts[position] += 1
-            if attempts[position] >= backoff.attempts:
+            if attempts[position] > retry.max_retries:
                 target, table, key = keyed[position]
                 failures.append(Failure("get", target, table, key, code, message, attempts[position]))
             else:
                 retried.append(position)
         if retried:
             pending.extendleft(reversed(retried))
-            yield Sleep(backoff.delay(max(attempts[p] for p in retried) - 1))
+            yield Sleep(delay(retry, max(attempts[p] for p in retried) - 1, code))
     return BatchGetResult(rows, failures)

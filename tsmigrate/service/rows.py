@@ -19,7 +19,8 @@ from tablestore import OTSServiceError
 from tablestore import metadata as md
 
 from tsmigrate.model import Model
-from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff, retryable
+from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
+from tsmigrate.service.backoff import call_retryable, code_of, delay
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
@@ -223,7 +224,8 @@ def delete_op(
 
 
 def create_op(
-    codec: ModelCodec, row: Model, request_id: str | None = None, backoff: Backoff = DEFAULT_BACKOFF,
+    codec: ModelCodec, row: Model, request_id: str | None = None,
+    retry: TsmigrateRetryPolicy = RETRY_POLICY,
 ) -> Op[Model]:
     """Create ``row`` exactly once, however often the request is repeated (same request id)."""
     codec.check_model(row)
@@ -256,12 +258,15 @@ def create_op(
                     f"{codec.name} {key} already exists (created by another request)",
                     model=codec.name, key=key, current=current,
                 ) from None
-            if not retryable(exc) or attempt + 1 >= backoff.attempts:
+            if not call_retryable(exc, True) or attempt >= retry.max_retries:
                 raise
+            failure = exc
         except Exception as exc:
-            if not retryable(exc) or attempt + 1 >= backoff.attempts:
+            # The request id makes a repeat harmless, so even a lost answer is retried.
+            if not call_retryable(exc, True) or attempt >= retry.max_retries:
                 raise
-        yield Sleep(backoff.delay(attempt))
+            failure = exc
+        yield Sleep(delay(retry, attempt, code_of(failure)[0]))
         attempt += 1
     if codec.version:
         values[codec.version] = 1

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from tsmigrate.model import Model
+from tsmigrate.retry import TsmigrateRetryPolicy
 from tsmigrate.service import batch, query, rows
-from tsmigrate.service.backoff import DEFAULT_BACKOFF, Backoff
+from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import run, stream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
@@ -24,11 +25,12 @@ M = TypeVar("M", bound=Model)
 
 
 class Rows(Generic[M]):
-    def __init__(self, model: type[M], client: Any, *, backoff: Backoff = DEFAULT_BACKOFF):
+    def __init__(self, model: type[M], client: Any, *, retry: TsmigrateRetryPolicy | None = None):
         self.model = model
         self.client = client
         self.codec = codec(model)
-        self.backoff = backoff
+        # Retries of batch rows and idempotent creates (tsmigrate.retry's policy by default).
+        self.retry = policy_for(retry)
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -54,7 +56,7 @@ class Rows(Generic[M]):
 
     def create(self, row: M, *, request_id: str | None = None) -> M:
         """Create the row exactly once; repeating it with the same request id succeeds."""
-        return run(self.client, rows.create_op(self.codec, row, request_id, self.backoff))
+        return run(self.client, rows.create_op(self.codec, row, request_id, self.retry))
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -62,12 +64,12 @@ class Rows(Generic[M]):
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
         delete: Iterable[M | Mapping[str, Any]] = (),
     ) -> batch.BatchResult:
-        return run(self.client, batch.write_op(self.codec, put, update, delete, self.backoff))
+        return run(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
 
     def batch_get(
         self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
     ) -> batch.BatchGetResult:
-        return run(self.client, batch.get_op(self.codec, keys, columns, self.backoff))
+        return run(self.client, batch.get_op(self.codec, keys, columns, self.retry))
 
     # -- queries -------------------------------------------------------------------------------
 
