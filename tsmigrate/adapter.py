@@ -414,9 +414,21 @@ def _update_search_ttl(client: ts.OTSClient, step: ops.UpdateSearchIndexTTL) -> 
     client.update_search_index(step.table, step.index, md.SearchIndexMeta(None, time_to_live=step.after))
 
 
+def _retire_table(client: ts.OTSClient, step: ops.RetireTable) -> None:
+    """Archive every row (cell timestamps included), check the archive reads back whole, drop."""
+    from tsmigrate.service.family import archive_location, archive_table, verify_archive
+
+    location = archive_location(step.archive, step.table)
+    written = archive_table(client, inspect_table(client, step.table), location)
+    if verify_archive(location) != written:
+        raise TargetError(f"the archive {location} does not read back whole; {step.table} is kept")
+    client.delete_table(step.table)
+
+
 EXECUTORS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
     ops.CreateTable: _create_table,
     ops.DropTable: lambda client, step: client.delete_table(step.table),
+    ops.RetireTable: _retire_table,
     ops.UpdateOptions: _update_options,
     ops.UpdateThroughput: _update_throughput,
     ops.CreateIndex: _create_index,
@@ -455,7 +467,7 @@ class StepConflict(TargetError):
 def _landed_part(step: ops.Step, table: Table | None) -> Any:
     """The part of ``table`` that ``step`` writes: equal in the live and the predicted table
     means the step is done."""
-    if table is None or isinstance(step, (ops.CreateTable, ops.DropTable)):
+    if table is None or isinstance(step, (ops.CreateTable, ops.DropTable, ops.RetireTable)):
         # A created table is judged without what later calls of the step add (its stream).
         return None if table is None else attrs.evolve(table, stream=StreamSpec(), search_indexes=[])
     if isinstance(step, (ops.CreateIndex, ops.DropIndex)):

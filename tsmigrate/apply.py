@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -54,7 +55,9 @@ def apply(
     prune: bool = False,
     confirm: Callable[[Plan], bool] = lambda plan: True,
     progress: Progress | None = None,
+    now: datetime | None = None,
 ) -> Outcome:
+    """``now``: the time table families plan their months for (default: the current time)."""
     if document is not None:
         check_plan_document(document, target_identity, models)
         planned_prune = document["options"]["prune"]
@@ -69,7 +72,7 @@ def apply(
     note = state.acquire() or ""
     try:
         live = live_catalog(client)
-        plan = make_plan(live, models, prune=prune)
+        plan = make_plan(live, models, prune=prune, now=now)
         plan_id = plan.models_fingerprint[7:23]
         if document is not None:
             done = resume_point(document, plan.source_fingerprint)

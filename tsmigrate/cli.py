@@ -14,6 +14,7 @@ from tsmigrate import __version__
 from tsmigrate.commands.apply import apply_command
 from tsmigrate.commands.inspect import inspect_command
 from tsmigrate.commands.plan import plan
+from tsmigrate.commands.restore import restore
 from tsmigrate.commands.schema import lint, show, validate
 from tsmigrate.local.cli import local
 
@@ -26,7 +27,7 @@ def main() -> None:
     logging.getLogger("tablestore").setLevel(logging.ERROR)
 
 
-for command in (validate, show, lint, plan, apply_command, inspect_command, local):
+for command in (validate, show, lint, plan, apply_command, inspect_command, restore, local):
     main.add_command(command)
 
 

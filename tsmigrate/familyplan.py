@@ -14,7 +14,7 @@ from datetime import datetime
 import attrs
 
 from tsmigrate import ops
-from tsmigrate.model import Model
+from tsmigrate.model import Model, registered_models
 from tsmigrate.schema import Catalog
 
 
@@ -53,3 +53,16 @@ def expand_families(
             name = family.table_name(template.name, month)
             tables[name] = attrs.evolve(template, name=name)
     return Expansion(Catalog(tables=list(tables.values())), retire)
+
+
+def expand_declared_families(target: Catalog, live: Catalog, now: datetime) -> Expansion:
+    """``expand_families`` for the models the target's tables were compiled from."""
+    sources = {t.source for t in target.tables}
+    by_source: dict[str, type[Model]] = {}
+    for model in registered_models():  # a class defined again replaces the earlier definition
+        if model._qualname() in sources and model.table_family():
+            by_source[model._qualname()] = model
+    models = list(by_source.values())
+    if not models:
+        return Expansion(target)
+    return expand_families(target, models, [t.name for t in live.tables], now)

@@ -11,12 +11,14 @@ index TTL changes while the table holds the longer of its old and new TTLs.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import attrs
 
 from tsmigrate import ops
 from tsmigrate.errors import Problem, SchemaError
+from tsmigrate.familyplan import expand_declared_families
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,
@@ -222,9 +224,17 @@ def _drop_steps(table: Table) -> list[ops.Step]:
     return [*steps, ops.DropTable(table.name)]
 
 
-def make_plan(live: Catalog, target: Catalog, *, prune: bool = False) -> Plan:
+def make_plan(
+    live: Catalog, target: Catalog, *, prune: bool = False, now: datetime | None = None
+) -> Plan:
     """The steps that take ``live`` to ``target``. Raises SchemaError for a change Tablestore
-    cannot make (a primary key changed under the same table name)."""
+    cannot make (a primary key changed under the same table name).
+
+    A table family (a model with ``family=Monthly(...)``) plans its months as of ``now``
+    (default: the current time): the coming months are created, expired ones retired."""
+    declared = target
+    families = expand_declared_families(target, live, now or datetime.now(timezone.utc))
+    target = families.catalog
     live_tables = {t.name: t for t in live.tables}
     steps: list[ops.Step] = []
     problems: list[Problem] = []
@@ -258,10 +268,11 @@ def make_plan(live: Catalog, target: Catalog, *, prune: bool = False) -> Plan:
     if problems:
         raise SchemaError(problems)
 
+    steps.extend(families.retire)
     undeclared = []
-    declared = {t.name for t in target.tables}
+    declared_names = {t.name for t in target.tables} | {s.table for s in families.retire}
     for name, table in live_tables.items():
-        if name in declared:
+        if name in declared_names:
             continue
         if name in replaced_by:
             note = f"replaced by {replaced_by[name]}; drop it with --prune once services have cut over"
@@ -281,6 +292,6 @@ def make_plan(live: Catalog, target: Catalog, *, prune: bool = False) -> Plan:
         undeclared=undeclared,
         source_fingerprint=physical(live).fingerprint(),
         target_fingerprint=state.fingerprint(),
-        models_fingerprint=target.fingerprint(),
+        models_fingerprint=declared.fingerprint(),
         step_fingerprints=chain,
     )

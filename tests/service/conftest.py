@@ -5,13 +5,9 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # service_models
 
-from service_models import Account, Event, Reading, Tick
+from service_models import FAST, Account, Event, Reading, Tick
 
-from tsmigrate.retry import TsmigrateRetryPolicy
 from tsmigrate.service import Rows, create_tables
-
-FAST = TsmigrateRetryPolicy(max_retries=30, base_delay_s=0.001, throttled_delay_s=0.001,
-                            max_delay_s=0.02)
 
 
 @pytest.fixture

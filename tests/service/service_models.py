@@ -1,4 +1,4 @@
-"""Models the service-layer tests use (imported by the tests, not collected)."""
+"""Models (and a fast retry policy) the service-layer tests use; imported, not collected."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -6,6 +6,11 @@ from decimal import Decimal
 from tsmigrate import Column, GlobalIndex, LocalIndex, Model, PrimaryKey, SearchField, SearchIndex
 from tsmigrate.families import Monthly
 from tsmigrate.keys import Descending, HashPrefix, TimeBucket
+from tsmigrate.retry import TsmigrateRetryPolicy
+
+# Retries without the production delays, so that fault-injection tests stay quick.
+FAST = TsmigrateRetryPolicy(max_retries=30, base_delay_s=0.001, throttled_delay_s=0.001,
+                            max_delay_s=0.02)
 
 
 class Account(Model, table="svc_accounts", version="version"):

@@ -3,8 +3,7 @@
 import asyncio
 
 import pytest
-from conftest import FAST
-from service_models import Account, Reading
+from service_models import FAST, Account, Reading
 
 from tsmigrate.service import AlreadyExists, AsyncRows, Attr, Range, Update, VersionConflict
 

@@ -1,8 +1,7 @@
 """Batches: chunking, retry of failed rows only, per-row results; exactly once under faults."""
 
 from batching import AnswerCountingClient
-from conftest import FAST
-from service_models import Account, Reading
+from service_models import FAST, Account, Reading
 
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.service import Attr, Rows, Update

@@ -1,8 +1,7 @@
 """Queries: key prefix + range, paging to a null continuation key, derived keys, indexes, search."""
 
 import pytest
-from conftest import FAST
-from service_models import Event, Reading, Tick
+from service_models import FAST, Event, Reading, Tick
 
 from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
 from tsmigrate.service.calls import stream

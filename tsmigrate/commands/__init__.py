@@ -5,4 +5,5 @@
 - ``plan``: plan
 - ``apply``: apply
 - ``inspect``: inspect (and adoption with --write-models)
+- ``restore``: restore (an archive of a retired month table, back into the target)
 """

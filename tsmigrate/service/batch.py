@@ -121,7 +121,7 @@ def _size(cells: Iterable[Any]) -> int:
     return size
 
 
-class _Item:
+class WriteItem:
     __slots__ = ("action", "after", "attempts", "error", "identity", "key", "repeatable", "request",
                  "size", "source", "table")
 
@@ -150,7 +150,14 @@ class _Item:
 _IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
 
 
-def _put_item(codec: ModelCodec, row: Model) -> _Item:
+def raw_put(table: str, primary_key: list[tuple[str, Any]], cells: list[Any], source: Any = None
+            ) -> WriteItem:
+    """A put of cells as given (timestamps included), for rows that are not model instances."""
+    return WriteItem("put", source, table, primary_key,
+                     md.PutRowItem(md.Row(primary_key, cells), _IGNORE), cells)
+
+
+def _put_item(codec: ModelCodec, row: Model) -> WriteItem:
     codec.check_model(row)
     values = row.__dict__
     key = codec.key(values)
@@ -162,11 +169,11 @@ def _put_item(codec: ModelCodec, row: Model) -> _Item:
         cells = [c for c in cells if c[0] != codec.version_column]
         cells.append((codec.version_column, after))
         condition = md.Condition(existence, sdk_condition(guard, codec))
-    return _Item("put", row, codec.table_for(values), key,
+    return WriteItem("put", row, codec.table_for(values), key,
                  md.PutRowItem(md.Row(key, cells), condition), cells, after)
 
 
-def _update_item(codec: ModelCodec, update: Update) -> _Item:
+def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
     if not isinstance(update, Update):
         raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
     values = key_values(codec, update.target)
@@ -174,19 +181,19 @@ def _update_item(codec: ModelCodec, update: Update) -> _Item:
     cells = update_row_cells(codec, update.set, update.delete, update.increment)
     condition = md.Condition(expectation(update.expect), sdk_condition(update.condition, codec))
     flat = [c if isinstance(c, tuple) else (c,) for group in cells.values() for c in group]
-    return _Item("update", update, codec.table_for(values), key,
+    return WriteItem("update", update, codec.table_for(values), key,
                  md.UpdateRowItem(md.Row(key, cells), condition), flat)
 
 
-def _delete_item(codec: ModelCodec, target: Model | Mapping[str, Any]) -> _Item:
+def _delete_item(codec: ModelCodec, target: Model | Mapping[str, Any]) -> WriteItem:
     values = key_values(codec, target)
     key = codec.key(values)
-    return _Item("delete", target, codec.table_for(values), key,
+    return WriteItem("delete", target, codec.table_for(values), key,
                  md.DeleteRowItem(md.Row(key), _IGNORE), ())
 
 
 def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
-           deletes: Iterable[Any]) -> Iterator[_Item]:
+           deletes: Iterable[Any]) -> Iterator[WriteItem]:
     for row in puts:
         yield _put_item(codec, row)
     for update in updates:
@@ -195,8 +202,8 @@ def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
         yield _delete_item(codec, target)
 
 
-def _write_request(chunk: list[_Item]) -> tuple[md.BatchWriteRowRequest, dict[str, list[_Item]]]:
-    by_table: dict[str, list[_Item]] = {}
+def _write_request(chunk: list[WriteItem]) -> tuple[md.BatchWriteRowRequest, dict[str, list[WriteItem]]]:
+    by_table: dict[str, list[WriteItem]] = {}
     for item in chunk:
         by_table.setdefault(item.table, []).append(item)
     request = md.BatchWriteRowRequest()
@@ -210,21 +217,29 @@ def write_op(
     deletes: Iterable[Any] = (), retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
 ) -> Op[BatchResult]:
+    return (yield from write_items_op(codec, _items(codec, puts, updates, deletes), retry,
+                                      max_rows, max_bytes))
+
+
+def write_items_op(
+    codec: ModelCodec | None, source: Iterator[WriteItem], retry: TsmigrateRetryPolicy = RETRY_POLICY,
+    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
+) -> Op[BatchResult]:
+    """Write prepared rows (``codec`` sets the version of versioned rows; None for raw rows)."""
     result = BatchResult()
-    source = _items(codec, puts, updates, deletes)
-    carry: deque[_Item] = deque()  # rows to send first: retries, and a row that did not fit
-    alone: deque[_Item] = deque()  # rows of a refused request, resent one per request
-    held: deque[_Item] = deque()  # later rows for a key whose earlier row is being retried
+    carry: deque[WriteItem] = deque()  # rows to send first: retries, and a row that did not fit
+    alone: deque[WriteItem] = deque()  # rows of a refused request, resent one per request
+    held: deque[WriteItem] = deque()  # later rows for a key whose earlier row is being retried
     retrying: set[tuple[Any, ...]] = set()  # keys of rows waiting for another attempt
 
-    def fail(item: _Item, code: str, message: str) -> None:
+    def fail(item: WriteItem, code: str, message: str) -> None:
         result.failures.append(Failure(item.action, item.source, item.table, item.key, code,
                                        message, item.attempts))
 
-    def next_chunk() -> list[_Item]:
+    def next_chunk() -> list[WriteItem]:
         if alone:
             return [alone.popleft()]
-        chunk: list[_Item] = []
+        chunk: list[WriteItem] = []
         keys: set[tuple[Any, ...]] = set()  # one write per key and request
         size = 0
         while len(chunk) < max_rows:
@@ -247,7 +262,7 @@ def write_op(
             size += item.size
         return chunk
 
-    def settled(item: _Item) -> None:
+    def settled(item: WriteItem) -> None:
         if retrying:
             retrying.discard(item.ident())
 
@@ -259,7 +274,7 @@ def write_op(
                 continue
             return result
         request, by_table = _write_request(chunk)
-        again: list[_Item] = []
+        again: list[WriteItem] = []
         try:
             response = yield Call("batch_write_row", request)
         except Exception as exc:
@@ -290,7 +305,7 @@ def write_op(
                     item.attempts += 1
                     if answer.is_ok:
                         result.written += 1
-                        if item.after is not None:
+                        if item.after is not None and codec is not None:
                             item.source.__dict__[codec.version] = item.after
                         settled(item)
                     elif row_retryable(answer.error_code, item.repeatable):
@@ -310,7 +325,7 @@ def write_op(
             yield Sleep(delay(retry, max(i.attempts for i in again) - 1, again[0].error[0]))
 
 
-def _count_attempt(chunk: list[_Item], code: str, message: str) -> list[_Item]:
+def _count_attempt(chunk: list[WriteItem], code: str, message: str) -> list[WriteItem]:
     for item in chunk:
         item.attempts += 1
         item.error = (code, message)

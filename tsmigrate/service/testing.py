@@ -18,12 +18,8 @@ from tsmigrate.model import Model, compile_models
 
 def create_tables(client: Any, models: Iterable[type[Model]], *, now: datetime | None = None) -> None:
     """Bring the instance in line with ``models`` (tables, secondary and search indexes; a
-    family's current and coming months), the way ``tsmigrate apply`` does."""
+    family's months as of ``now``), the way ``tsmigrate apply`` does."""
     from tsmigrate.apply import apply
-    from tsmigrate.familyplan import expand_families
 
-    models = list(models)
-    catalog = compile_models(models)
-    names = list(client.list_table())
-    catalog = expand_families(catalog, models, names, now or datetime.now(timezone.utc)).catalog
-    apply(client, catalog, target_identity="tests")
+    apply(client, compile_models(models), target_identity="tests",
+          now=now or datetime.now(timezone.utc))
