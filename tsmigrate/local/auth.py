@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tsmigrate.local.errors import auth_failed, invalid
+from tsmigrate.local.errors import auth_failed, echo, invalid
 
 MAX_SKEW_S = 15 * 60
 # Credentials a local server accepts unless told otherwise (they guard nothing of value).
@@ -91,7 +91,7 @@ def verify_request(
     try:
         sent = parse_ots_date(date)
     except ValueError:
-        raise invalid(f"Invalid date format: {date}.") from None
+        raise invalid(f"Invalid date format: {echo(date)}.") from None
     if abs(sent - now) > MAX_SKEW_S:
         raise auth_failed(f"Mismatch between system time and x-ots-date: {date}.")
     akid = headers["x-ots-accesskeyid"]

@@ -20,7 +20,12 @@ def local() -> None:
 
 
 @local.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; any other than loopback needs your own --access-key-secret.",
+)
 @click.option("--port", default=8801, show_default=True, type=int, help="Port (0: any free port).")
 @click.option(
     "--data",
@@ -75,7 +80,7 @@ def serve(
     from tsmigrate.local.auth import Credentials
     from tsmigrate.local.faults import FaultPlan
     from tsmigrate.local.ownership import SERVE_ROLE, DataDirInUse
-    from tsmigrate.local.server import LocalServer, ServerOptions
+    from tsmigrate.local.server import InsecureBind, LocalServer, ServerOptions
 
     if data_dir and memory:
         raise click.UsageError("--data and --memory are mutually exclusive")
@@ -99,6 +104,8 @@ def serve(
         )
     except DataDirInUse as e:
         raise click.ClickException(str(e)) from None
+    except InsecureBind as e:
+        raise click.UsageError(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
     stop = threading.Event()

@@ -13,6 +13,17 @@ class OTSError(Exception):
         self.message = message
 
 
+ECHO_MAX = 64  # characters of a client's text an error message repeats
+
+
+def echo(text: str) -> str:
+    """A client-supplied name as an error message repeats it: shortened when long (a message
+    must not grow with whatever a client sends)."""
+    if len(text) <= ECHO_MAX:
+        return text
+    return f"{text[:ECHO_MAX]}... ({len(text)} characters)"
+
+
 def invalid(message: str) -> OTSError:
     return OTSError(400, "OTSParameterInvalid", message)
 

@@ -5,8 +5,10 @@ responses shaped exactly as the SDK checks them (`protocol._check_headers` / `_c
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -35,7 +37,7 @@ from tsmigrate.local.auth import (
     sign_response,
     verify_request,
 )
-from tsmigrate.local.errors import OTSError, auth_failed, invalid
+from tsmigrate.local.errors import OTSError, auth_failed, echo, invalid
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 5 * 1024 * 1024
 TABLE_OPS_WINDOW_S = 1.0
+RATE_WINDOWS_MAX = 256  # instances whose recent table operations are remembered (LRU)
 TABLE_OPS = frozenset(
     {"CreateTable", "DeleteTable", "UpdateTable", "DescribeTable", "ListTable", "CreateIndex",
      "DropIndex", "AddDefinedColumn", "DeleteDefinedColumn"}
@@ -98,7 +101,7 @@ class ServerOptions:
     table_ops_per_s: int = 0  # 0: no limit
     cu_adjust_interval_s: float = 120.0  # minimum spacing of reserved-throughput changes
     faults: FaultPlan | None = None
-    allow_any_instance: bool = False  # accept (and create on first use) any instance name
+    allow_any_instance: bool = False  # accept any instance name (each one separate)
     instances: set[str] = field(default_factory=lambda: {"local"})
     search_full_sync_s: float = 0.0  # a new search index reports sync phase FULL this long
     search_splits_size: int = 1  # ComputeSplits' splits_size (read when the server starts)
@@ -106,6 +109,32 @@ class ServerOptions:
     global_index_lag_ms: int = 0
     # Whether tables created without CreateTable's enable_local_txn allow local transactions.
     local_transactions_default: bool = True
+
+
+class InsecureBind(ValueError):
+    """A server reachable from other machines must not accept the built-in (public) secret."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(
+            f"binding {host or 'every interface'} makes the server reachable from other machines, "
+            "and its secret is the built-in one anybody knows: give your own with "
+            "--access-key-secret or $TSMIGRATE_LOCAL_SECRET, or bind 127.0.0.1"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if not host:
+        return False  # "" binds every interface
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
 class LocalServer:
@@ -120,6 +149,8 @@ class LocalServer:
     ) -> None:
         """`role` says who this is in the note a data directory's owner publishes (a second
         process on the directory is refused with it, or talks to this server)."""
+        if not is_loopback(host) and DEFAULT_ACCESS_KEY_SECRET in credentials.keys.values():
+            raise InsecureBind(host)
         self.credentials = credentials
         self.options = options or ServerOptions()
         # Taken first and held until close(): raises DataDirInUse when a live server has it.
@@ -143,7 +174,9 @@ class LocalServer:
         # Tests move time with `clock_offset`, or replace `clock` to stop it (same-ms writes).
         self.clock: Callable[[], float] = time.time
         self.clock_offset = 0.0
-        self._table_ops: dict[str, collections.deque[float]] = {}
+        self._table_ops: collections.OrderedDict[str, collections.deque[float]] = (
+            collections.OrderedDict()
+        )
         self._rate_lock = threading.Lock()
         streams.install(self)
         self.add_table_hook(indexes.maintained, indexes.on_mutation)
@@ -272,16 +305,15 @@ class LocalServer:
         self._check_instance(caller.instance)
         entry = HANDLERS.get(api)
         if entry is None:
-            raise invalid(f"Unsupported operation: {api}.")
+            raise invalid(f"Unsupported operation: {echo(api)}.")
         return entry
 
     def _check_instance(self, instance: str) -> None:
-        if instance in self.options.instances:
+        # Any instance is accepted without being remembered: a client naming a new one on every
+        # request must not grow the server (its tables, if it creates any, are data).
+        if self.options.allow_any_instance or instance in self.options.instances:
             return
-        if self.options.allow_any_instance:
-            self.options.instances.add(instance)
-            return
-        raise auth_failed(f"The instance is not found: {instance}.")
+        raise auth_failed(f"The instance is not found: {echo(instance)}.")
 
     def _admit(self, api: str, instance: str, now: float) -> None:
         """Injected faults and the table-operation rate limit, before anything is done."""
@@ -292,7 +324,13 @@ class LocalServer:
                 raise error
         if opts.table_ops_per_s > 0 and api in TABLE_OPS:
             with self._rate_lock:
-                window = self._table_ops.setdefault(instance, collections.deque())
+                window = self._table_ops.get(instance)
+                if window is None:
+                    if len(self._table_ops) >= RATE_WINDOWS_MAX:
+                        self._table_ops.popitem(last=False)  # the least recently active instance
+                    window = self._table_ops[instance] = collections.deque()
+                else:
+                    self._table_ops.move_to_end(instance)
                 while window and now - window[0] >= TABLE_OPS_WINDOW_S:
                     window.popleft()
                 if len(window) >= opts.table_ops_per_s:
