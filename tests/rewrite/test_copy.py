@@ -1,0 +1,66 @@
+"""Split tasks against the local server: every version and timestamp copied, resumable."""
+
+from __future__ import annotations
+
+import pytest
+import rewrite_tables as rt
+from tablestore import INF_MAX, INF_MIN
+
+from tsmigrate.rewrite import checkpoints, splits
+from tsmigrate.rewrite.copy import copy_split, sample_check
+from tsmigrate.rewrite.transform import TransformError
+
+
+def _normalize(rows):
+    return [
+        ([(n, v) for n, v in key], [(n, bytes(v) if isinstance(v, bytearray) else v, t) for n, v, t in cells])
+        for key, cells in rows
+    ]
+
+
+def test_copying_every_split_gives_the_transformed_source_with_timestamps(ots_instance) -> None:
+    spec, job, client = rt.setup(ots_instance, 1500)
+    ranges = splits.compute(client, job.source, workers=2)
+    assert len(ranges) > 1
+    results = [copy_split(spec, job, s) for s in ranges]
+    assert sum(r.rows for r in results) == 1500
+    target = rt.read_all(client, job.target)
+    assert _normalize(target) == _normalize(rt.expected_target(client, job))
+    # Two versions of temp, the older one with its original timestamp (a day back).
+    assert [c for c in target[0][1] if c[0] == "temp"][1][2] < target[0][1][0][2]
+    assert all(checkpoints.split_done(client, job.id, s.index) for s in ranges)
+
+
+def test_a_split_task_killed_after_a_page_resumes_without_losing_or_doubling(ots_instance, monkeypatch):
+    spec, job, client = rt.setup(ots_instance, 1200)
+    monkeypatch.setattr("tsmigrate.rewrite.copy.PAGE_ROWS", 250)
+    whole = splits.Split(0, [("pk", INF_MIN), ("seq", INF_MIN)], [("pk", INF_MAX), ("seq", INF_MAX)])
+
+    class Killed(Exception):
+        pass
+
+    def die_after_two_pages(state):
+        if state.rows >= 500:
+            raise Killed
+
+    with pytest.raises(Killed):
+        copy_split(spec, job, whole, on_page=die_after_two_pages)
+    kept = checkpoints.load(client, job.id, 0)
+    assert kept.status == checkpoints.RUNNING and kept.rows == 500 and kept.next_start
+    result = copy_split(spec, job, whole)
+    assert result.resumed and result.rows == 1200
+    assert _normalize(rt.read_all(client, job.target)) == _normalize(rt.expected_target(client, job))
+    # Done splits are not copied again.
+    assert copy_split(spec, job, whole).rows == 1200
+
+
+def test_the_sample_check_finds_a_row_the_transform_rejects_before_anything_is_written(ots_instance) -> None:
+    spec, job, client = rt.setup(ots_instance, 300)
+    assert sample_check(spec, job, 100) >= 100
+    # A row whose seq does not fit the 8 padded digits of the new key.
+    key, cells = rt.source_row(10**9, 0)
+    client.put_row(job.source.name, rt.ts.Row(key, [c[:2] for c in cells]))
+    rejected = r"source row \(pk='.*', seq=1000000000\).*does not fit 8 digits"
+    with pytest.raises(TransformError, match=rejected):
+        sample_check(spec, job, 10_000)
+    assert rt.read_all(client, job.target) == []
