@@ -1,0 +1,82 @@
+"""The backfill on each executor: threads, processes (one killed midway), a Dask cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import rewrite_tables as rt
+
+from tsmigrate.rewrite import checkpoints, splits
+from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill
+
+
+def _same(client, job) -> bool:
+    def norm(rows):
+        return [(k, [(n, bytes(v) if isinstance(v, bytearray) else v, t) for n, v, t in c]) for k, c in rows]
+
+    return norm(rt.read_all(client, job.target)) == norm(rt.expected_target(client, job))
+
+
+def test_threads_copy_every_split_and_report_progress(ots_instance) -> None:
+    spec, job, client = rt.setup(ots_instance, 2000)
+    ranges = splits.plan(client, job.id, job.source, workers=3)
+    seen = []
+    with_executor = InProcessExecutor(workers=3)
+    try:
+        result = run_backfill(spec, job, ranges, with_executor, progress=seen.append, poll_s=0.05)
+    finally:
+        with_executor.close()
+    assert result.rows == 2000 and len(result.results) == len(ranges) > 1
+    assert _same(client, job)
+    assert seen and seen[-1].rows == 2000 and seen[-1].done_splits == len(ranges)
+    assert all(p.rows_per_s >= 0 for p in seen)
+    # Run again: every split is done, nothing is copied twice.
+    again = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
+    assert again.rows == 2000
+    assert sum(c.rows for c in checkpoints.list_splits(client, job.id)) == 2000
+
+
+def test_a_killed_worker_process_loses_and_doubles_nothing(ots_instance, ots_server_options) -> None:
+    spec, job, client = rt.setup(ots_instance, 3000)
+    ranges = splits.plan(client, job.id, job.source, workers=2)
+    ots_server_options.latency_ms = 15  # slow enough for the kill to land mid-copy
+    executor = InProcessExecutor(workers=2, processes=True)
+    killed = []
+
+    def kill_one_worker(progress) -> None:
+        if not killed and progress.rows > 0:
+            pid = next(iter(executor._pool._processes))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    try:
+        result = run_backfill(spec, job, ranges, executor, progress=kill_one_worker, poll_s=0.05)
+    finally:
+        executor.close()
+    assert killed
+    assert result.rows == 3000
+    assert sum(c.rows for c in checkpoints.list_splits(client, job.id)) == 3000
+    assert _same(client, job)
+
+
+def test_a_dask_cluster_runs_the_backfill_and_in_process_resumes_it(ots_instance) -> None:
+    distributed = pytest.importorskip("distributed")
+    spec, job, client = rt.setup(ots_instance, 1500)
+    ranges = splits.plan(client, job.id, job.source, workers=2)
+    # Half the splits on the cluster, the rest in-process: both see the same checkpoints.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        executor = DaskExecutor(cluster.scheduler_address)
+        try:
+            assert executor.concurrency == 2
+            first = run_backfill(spec, job, ranges[: len(ranges) // 2], executor)
+        finally:
+            executor.close()
+    assert first.rows > 0
+    done_on_cluster = {c.index for c in checkpoints.list_splits(client, job.id) if c.done}
+    assert done_on_cluster == {s.index for s in ranges[: len(ranges) // 2]}
+    result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
+    assert result.rows == 1500
+    assert _same(client, job)
