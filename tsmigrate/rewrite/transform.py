@@ -77,6 +77,8 @@ class Page:
     rows: list[bytes]
     digest: int  # sum of the rows' digests, mod 2**128: independent of order and of paging
     bytes: int
+    # (source key, target key, digest) of each row, when asked for (verification)
+    detail: list[tuple[Key, Key, int]] | None = None
 
 
 def _natural_sources(derivation: Derivation | None, name: str) -> tuple[str, ...]:
@@ -209,6 +211,11 @@ class RowTransform:
             recover=frozenset(f for f in source_naturals if f not in recoverable),
         )
 
+    @property
+    def recover_columns(self) -> frozenset[str]:
+        """Target attributes that hold fields of the source key (``source_key_of`` reads them)."""
+        return self._recover
+
     # -- one row, as the SDK gives it ------------------------------------------------------------
 
     def natural(self, pk: Sequence[tuple[str, Any]], columns: Sequence[Sequence[Any]] = ()) -> dict[str, Any]:
@@ -283,15 +290,17 @@ class RowTransform:
         body = b"\x01" + pk_cells + (b"\x02" + attributes if cells else b"") + ROW_CHECKSUM[crc]
         return HEADER + body, row_digest(pk_cells, attributes)
 
-    def page(self, buf: bytes) -> Page:
+    def page(self, buf: bytes, detail: bool = False) -> Page:
         """Transform a GetRange page (PlainBuffer bytes) into encoded target rows."""
         reshape = bool(self.dropped or self.added)
         rows = scan_rows(buf, self.key_sources, with_cells=reshape)
         out = []
         digest = 0
         size = 0
+        keys: list[tuple[Key, Key, int]] | None = [] if detail else None
         for row in rows:
-            pk_cells, pk_crcs = encode_primary_key_cells(self._target_key_of(row))
+            target_key = self._target_key_of(row)
+            pk_cells, pk_crcs = encode_primary_key_cells(target_key)
             if reshape:
                 attributes, crcs = self._reshape(buf, row)
             else:
@@ -302,8 +311,11 @@ class RowTransform:
             ))
             out.append(HEADER + body)
             size += len(body)
-            digest += row_digest(pk_cells, attributes)
-        return Page(out, digest & DIGEST_MASK, size)
+            row_hash = row_digest(pk_cells, attributes)
+            digest += row_hash
+            if keys is not None:
+                keys.append((row.primary_key, target_key, row_hash))
+        return Page(out, digest & DIGEST_MASK, size, keys)
 
     def _target_key_of(self, row: ScannedRow) -> Key:
         return self.target_key(self._naturals(row.primary_key, row.values), row.primary_key)
