@@ -74,28 +74,37 @@ def value_at(buf: bytes, start: int, end: int) -> Any:
 
 @attrs.define(slots=True)
 class ScannedRow:
-    """One row of a page: its key decoded, its attribute cells as positions in the page."""
+    """One row of a page: its key decoded, its attribute cells as bytes of the page."""
 
     primary_key: list[tuple[str, Any]]
-    pk_start: int  # the PK cells are buf[pk_start:pk_end]
+    pk_cells: list[tuple[int, int, int]]  # (start, end, crc) of each key cell in the page
+    pk_start: int  # the key cells are buf[pk_start:pk_end]
     pk_end: int
-    attr_start: int  # the attribute cells are buf[attr_start:attr_end] (empty when equal)
-    attr_end: int
-    crcs: bytearray  # the attribute cells' checksums, in order
+    attributes: bytes  # the attribute cells kept (all but the dropped ones)
+    crcs: bytes  # their checksums, in order
     values: dict[str, Any]  # newest value of each wanted column present
     # (name, start, end, crc, timestamp) of every attribute cell, when asked for
     cells: list[tuple[str, int, int, int, int]] | None
 
 
-def scan_rows(buf: bytes, wanted: frozenset[str] = frozenset(), with_cells: bool = False) -> list[ScannedRow]:
+def scan_rows(
+    buf: bytes,
+    wanted: frozenset[str] = frozenset(),
+    drop: frozenset[str] = frozenset(),
+    with_cells: bool = False,
+) -> list[ScannedRow]:
     """The rows of a GetRange page. ``wanted`` names the attribute columns whose newest value
-    is decoded; ``with_cells`` lists every attribute cell's position."""
+    is decoded; ``drop`` those left out of ``attributes``; ``with_cells`` lists every attribute
+    cell's position and timestamp."""
     if not buf:
         return []
     if buf[:4] != HEADER:
         raise PlainBufferError(f"a page must start with the PlainBuffer header, got {buf[:4].hex()}")
     i32 = _I32
-    name_of = _name
+    names = _names
+    look = wanted | drop
+    # Lengths of the looked-for names: most cells are passed over without reading their name.
+    sizes = frozenset(len(name.encode()) for name in look)
     rows = []
     n = len(buf)
     pos = 4
@@ -104,33 +113,34 @@ def scan_rows(buf: bytes, wanted: frozenset[str] = frozenset(), with_cells: bool
             pos += 1  # TAG_ROW_PK
             pk_start = pos
             pk = []
+            pk_cells = []
             while buf[pos] == 0x03:
                 start = pos + 6
                 end = start + i32(buf, pos + 2)[0]
-                name = name_of(buf, start, end)
+                name = names.get(buf[start:end]) or _name(buf, start, end)
                 vstart = end + 5
                 vend = vstart + i32(buf, end + 1)[0]
                 pk.append((name, value_at(buf, vstart, vend)))
+                pk_cells.append((pos, vend + 2, buf[vend + 1]))
                 pos = vend + 2  # TAG_CELL_CHECKSUM crc
             pk_end = pos
-            crcs = bytearray()
             values: dict[str, Any] = {}
             cells: list[tuple[str, int, int, int, int]] | None = [] if with_cells else None
+            crcs = bytearray()
+            kept: list[bytes] | None = None  # pieces of the attribute region, once a cell is dropped
             attr_start = attr_end = pos
             if buf[pos] == 0x02:
                 pos += 1
-                attr_start = pos
+                attr_start = piece = pos
                 while buf[pos] == 0x03:
                     cell_start = pos
+                    size = i32(buf, pos + 2)[0]
                     start = pos + 6
-                    end = start + i32(buf, pos + 2)[0]
-                    name = name_of(buf, start, end)
-                    pos = end
-                    vstart = vend = -1
+                    pos = end = start + size
+                    vstart = -1
                     if buf[pos] == 0x05:
                         vstart = pos + 5
-                        vend = vstart + i32(buf, pos + 1)[0]
-                        pos = vend
+                        pos = vend = vstart + i32(buf, pos + 1)[0]
                     if buf[pos] == 0x06:
                         pos += 2
                     ts = 0
@@ -140,18 +150,67 @@ def scan_rows(buf: bytes, wanted: frozenset[str] = frozenset(), with_cells: bool
                         pos += 9
                     crc = buf[pos + 1]
                     pos += 2
+                    if cells is not None or size in sizes:
+                        name = names.get(buf[start:end]) or _name(buf, start, end)
+                        if cells is not None:
+                            cells.append((name, cell_start, pos, crc, ts))
+                        if name in look:
+                            if name in wanted and name not in values and vstart >= 0:
+                                values[name] = value_at(buf, vstart, vend)
+                            if name in drop:
+                                if kept is None:
+                                    kept = []
+                                kept.append(buf[piece:cell_start])
+                                piece = pos
+                                continue
                     crcs.append(crc)
-                    if name in wanted and name not in values and vstart >= 0:
-                        values[name] = value_at(buf, vstart, vend)
-                    if cells is not None:
-                        cells.append((name, cell_start, pos, crc, ts))
                 attr_end = pos
+                if kept is not None:
+                    kept.append(buf[piece:attr_end])
             if buf[pos] == 0x08:
                 pos += 1
             if buf[pos] != 0x09:
                 raise PlainBufferError(f"row checksum tag expected at offset {pos}")
             pos += 2
-            rows.append(ScannedRow(pk, pk_start, pk_end, attr_start, attr_end, crcs, values, cells))
+            attributes = b"".join(kept) if kept is not None else buf[attr_start:attr_end]
+            rows.append(ScannedRow(pk, pk_cells, pk_start, pk_end, attributes, bytes(crcs), values, cells))
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
     return rows
+
+
+_S_TAG_LEN = struct.Struct("<Bi").pack
+_S_INT = struct.Struct("<Bq").pack
+_key_names: dict[str, tuple[bytes, int]] = {}
+
+
+def encode_key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
+    """Primary-key cells (STRING, INTEGER, BINARY) and their checksums: the PlainBuffer codec's
+    encoding, with the per-name prefix and checksum cached."""
+    t = _T
+    parts = []
+    crcs = bytearray()
+    for name, value in key:
+        cached = _key_names.get(name)
+        if cached is None:
+            raw = name.encode("utf-8")
+            cached = _key_names[name] = (b"\x03" + _S_TAG_LEN(0x04, len(raw)) + raw, crc8_bytes(0, raw))
+        prefix, crc = cached
+        kind = type(value)
+        if kind is str:
+            data = value.encode("utf-8")
+            encoded = _S_TAG_LEN(0x03, len(data)) + data
+        elif kind is int:
+            encoded = _S_INT(0x0, value)
+        elif kind is bytes or kind is bytearray:
+            encoded = _S_TAG_LEN(0x07, len(value)) + bytes(value)
+        else:
+            raise PlainBufferError(f"key column {name!r} cannot hold {value!r}")
+        for b in encoded:
+            crc = t[crc ^ b]
+        parts += (prefix, _S_TAG_LEN(0x05, len(encoded)), encoded, _CELL_CHECKSUM[crc])
+        crcs.append(crc)
+    return b"".join(parts), bytes(crcs)
+
+
+_CELL_CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))

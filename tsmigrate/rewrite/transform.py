@@ -29,7 +29,7 @@ import attrs
 from tsmigrate.errors import KeyDerivationError, TsmigrateError
 from tsmigrate.keys import Derivation
 from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
-from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, row_checksum, scan_rows
+from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, encode_key_cells, row_checksum, scan_rows
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
 DIGEST_BITS = 128
@@ -152,6 +152,16 @@ class _KeySide:
         return key
 
 
+def _plain_copies(source: Table, target: Table) -> list[int] | None:
+    """Where every target key column is a source key column kept as it is (the key only
+    reordered or shortened), the source column of each; else None."""
+    plain = {c.name: i for i, c in enumerate(source.primary_key) if c.derivation is None}
+    copies = [plain.get(c.name) if c.derivation is None else None for c in target.primary_key]
+    if any(i is None for i in copies):
+        return None
+    return [i for i in copies if i is not None]
+
+
 def _types(*tables: Table) -> dict[str, str]:
     types: dict[str, str] = {}
     for table in tables:
@@ -176,6 +186,8 @@ class RowTransform:
     _target_side: _KeySide
     _custom: Callable[[dict[str, Any]], dict[str, Any]] | None
     _recover: frozenset[str]  # target attributes the source key is rebuilt from
+    # For each target key column, the source key column it is a plain copy of (None: computed)
+    _pk_copies: list[int] | None
 
     @classmethod
     def build(
@@ -209,6 +221,7 @@ class RowTransform:
             target_side=_KeySide(target, types),
             custom=_load(custom) if custom else None,
             recover=frozenset(f for f in source_naturals if f not in recoverable),
+            pk_copies=None if custom else _plain_copies(source, target),
         )
 
     @property
@@ -292,19 +305,23 @@ class RowTransform:
 
     def page(self, buf: bytes, detail: bool = False) -> Page:
         """Transform a GetRange page (PlainBuffer bytes) into encoded target rows."""
-        reshape = bool(self.dropped or self.added)
-        rows = scan_rows(buf, self.key_sources, with_cells=reshape)
+        adds = bool(self.added)
+        rows = scan_rows(buf, self.key_sources, self.dropped, with_cells=adds)
+        copies = self._pk_copies
         out = []
         digest = 0
         size = 0
         keys: list[tuple[Key, Key, int]] | None = [] if detail else None
         for row in rows:
-            target_key = self._target_key_of(row)
-            pk_cells, pk_crcs = encode_primary_key_cells(target_key)
-            if reshape:
-                attributes, crcs = self._reshape(buf, row)
+            if copies is not None:  # the new key's cells are cells of the old key, as they are
+                spans = [row.pk_cells[i] for i in copies]
+                pk_cells = b"".join([buf[start:end] for start, end, _ in spans])
+                pk_crcs: Any = bytes([crc for _, _, crc in spans])
+                target_key: Key = [row.primary_key[i] for i in copies]
             else:
-                attributes, crcs = buf[row.attr_start : row.attr_end], row.crcs
+                target_key = self._target_key_of(row)
+                pk_cells, pk_crcs = encode_key_cells(target_key)
+            attributes, crcs = self._add_cells(buf, row) if adds else (row.attributes, row.crcs)
             body = b"".join((
                 b"\x01", pk_cells, b"\x02" if attributes else b"", attributes,
                 ROW_CHECKSUM[row_checksum(pk_crcs, crcs)],
@@ -320,14 +337,15 @@ class RowTransform:
     def _target_key_of(self, row: ScannedRow) -> Key:
         return self.target_key(self._naturals(row.primary_key, row.values), row.primary_key)
 
-    def _reshape(self, buf: bytes, row: ScannedRow) -> tuple[bytes, bytes]:
+    def _add_cells(self, buf: bytes, row: ScannedRow) -> tuple[bytes, bytes]:
+        """The kept cells with the fields of the old key that become attributes, in name order."""
         assert row.cells is not None
         dropped = self.dropped
         cells = [(c[0], buf[c[1] : c[2]], c[3]) for c in row.cells if c[0] not in dropped]
         present = {c[0] for c in row.cells}
         extra = [f for f in self.added if f not in present]
         if extra:
-            values = self._source_side.naturals(row.primary_key)
+            values = self._naturals(row.primary_key, row.values)
             stamp = max((c[4] for c in row.cells), default=self.default_timestamp)
             for field in extra:
                 if field in values:

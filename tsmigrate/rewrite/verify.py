@@ -128,7 +128,7 @@ def _target_rows(raw: RawClient, transform: RowTransform, splits: Sequence[Split
     wanted = transform.recover_columns
     for buf in _pages(raw, transform.target.name, start, end):
         for row in scan_rows(buf, wanted):
-            digest = row_digest(buf[row.pk_start:row.pk_end], buf[row.attr_start:row.attr_end])
+            digest = row_digest(buf[row.pk_start:row.pk_end], row.attributes)
             try:
                 source_key = transform.source_key_of(row.primary_key, list(row.values.items()))
                 index = split_of(splits, source_key)
