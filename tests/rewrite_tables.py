@@ -93,3 +93,11 @@ def expected_target(client: ts.OTSClient, job: RewriteJob) -> list[tuple[list, l
         row = transform.apply(key, cells)
         rows.append((row.primary_key, [tuple(c) for c in row.columns]))
     return sorted(rows, key=lambda r: [v for _, v in r[0]])
+
+
+def encoded_target_row(i: int) -> bytes:
+    """Row ``i`` of the target table, encoded as BatchWriteRow takes it."""
+    from tsmigrate.rewrite.transform import RowTransform, build
+
+    key, cells = source_row(i, int(time.time() * 1000))
+    return RowTransform.encode(build(RewriteJob("encode", SOURCE, TARGET)).apply(key, cells))[0]

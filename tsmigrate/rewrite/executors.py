@@ -19,6 +19,7 @@ import concurrent.futures as cf
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
 import attrs
@@ -192,7 +193,7 @@ def run_backfill(
                 split = handles.pop(handle)
                 try:
                     results[split.index] = executor.result(handle)
-                except cf.process.BrokenProcessPool:
+                except BrokenProcessPool:
                     if restarts >= MAX_POOL_RESTARTS or not executor.restart():
                         raise TsmigrateError(
                             "backfill workers kept dying; run the rewrite again to continue from "

@@ -13,7 +13,6 @@ from typing import Any
 
 import attrs
 from tablestore import OTSClient
-from tablestore.retry import NoRetryPolicy
 
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
@@ -30,14 +29,14 @@ class ConnectionSpec:
     local_defaults: bool = False
 
     def client(self, **options: Any) -> OTSClient:
-        """A client with the SDK's retries off: the rewrite's writer retries (only failed rows)."""
+        """A client whose requests are retried on throttling (capped, jittered delays); the
+        rewrite's writer retries the rows that failed inside a BatchWriteRow."""
         if self.local_defaults:
             key_id, secret, token = DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, None
         else:
             from tsmigrate.target import credentials
 
             key_id, secret, token = credentials(os.environ)
-        options.setdefault("retry_policy", NoRetryPolicy())
         return OTSClient(self.endpoint, key_id, secret, self.instance, sts_token=token, **options)
 
 
