@@ -19,6 +19,16 @@ from tsmigrate.commands.common import (
 )
 
 
+def _with_rewrite_costs(project, target, result):
+    """Estimate what each rewrite_table step copies (split points of the live source)."""
+    from tsmigrate import adapter
+    from tsmigrate.rewrite.cost import with_costs
+    from tsmigrate.target import connect
+
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return with_costs(client, result)
+
+
 @click.command()
 @models_option
 @project_option
@@ -40,6 +50,8 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune)
+    if any(step.kind == "rewrite_table" for step in result.steps):
+        result = _with_rewrite_costs(proj, target, result)
     if out is not None:
         document = plan_document(result, target.identity, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -19,15 +19,17 @@ The split checkpoints (rows copied per split) are kept by the data plane next to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
+import tablestore as ts
 
 from tsmigrate import adapter
 from tsmigrate.errors import TsmigrateError
@@ -126,18 +128,29 @@ def _from_row(target: str, columns: Mapping[str, Any]) -> Rewrite:
     )
 
 
+@contextlib.contextmanager
+def _no_state_table() -> Iterator[None]:
+    """Row reads, not ListTable (a table-level call the instance limits): a missing state table
+    means nothing was ever applied."""
+    try:
+        yield
+    except ts.OTSServiceError as exc:
+        if exc.code != "OTSObjectNotExist":
+            raise
+
+
 def load(client: Any, target: str) -> Rewrite | None:
-    if STATE_TABLE not in client.list_table():
-        return None
-    row = adapter.get_row(client, STATE_TABLE, _key(target))
-    return _from_row(target, row) if row else None
+    with _no_state_table():
+        row = adapter.get_row(client, STATE_TABLE, _key(target))
+        return _from_row(target, row) if row else None
+    return None
 
 
 def all_rewrites(client: Any) -> list[Rewrite]:
-    if STATE_TABLE not in client.list_table():
-        return []
-    return [_from_row(str(target), columns)
-            for target, columns in adapter.scan_prefix(client, STATE_TABLE, ("kind", KIND), "id")]
+    with _no_state_table():
+        rows = adapter.scan_prefix(client, STATE_TABLE, ("kind", KIND), "id")
+        return [_from_row(str(target), columns) for target, columns in rows]
+    return []
 
 
 def finished(client: Any, table: str) -> bool:
