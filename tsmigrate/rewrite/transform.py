@@ -34,7 +34,9 @@ from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
 DIGEST_BITS = 128
 DIGEST_MASK = (1 << DIGEST_BITS) - 1
-_PK_TYPES: dict[str, type | tuple[type, ...]] = {STRING: str, INTEGER: int, BINARY: (bytes, bytearray)}
+_PK_TYPES: dict[str, frozenset[type]] = {
+    STRING: frozenset({str}), INTEGER: frozenset({int}), BINARY: frozenset({bytes, bytearray}),
+}
 
 Key = list[tuple[str, Any]]
 Cells = list[tuple[str, Any, int]]
@@ -111,6 +113,13 @@ class _KeySide:
 
     table: Table
     types: dict[str, str]
+    # (name, derivation, the Python types the column takes), per key column: read once per row
+    _columns: list[tuple[str, Derivation | None, frozenset[type]]] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._columns = [
+            (c.name, c.derivation, _PK_TYPES.get(c.type, frozenset())) for c in self.table.primary_key
+        ]
 
     def naturals(self, key: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -135,20 +144,18 @@ class _KeySide:
 
     def key(self, values: dict[str, Any]) -> Key:
         key = []
-        for column in self.table.primary_key:
-            if column.derivation is not None:
-                value = column.derivation.derive(values)
+        for name, derivation, allowed in self._columns:
+            if derivation is not None:
+                value = derivation.derive(values)
             else:
                 try:
-                    value = values[column.name]
+                    value = values[name]
                 except KeyError:
-                    raise KeyDerivationError(f"the row has no {column.name!r}") from None
-            expected = _PK_TYPES.get(column.type)
-            if expected is not None and (not isinstance(value, expected) or isinstance(value, bool)):
-                raise KeyDerivationError(
-                    f"key column {column.name!r} is {column.type}, the row gives {value!r}"
-                )
-            key.append((column.name, value))
+                    raise KeyDerivationError(f"the row has no {name!r}") from None
+            if type(value) not in allowed:
+                kind = next(c.type for c in self.table.primary_key if c.name == name)
+                raise KeyDerivationError(f"key column {name!r} is {kind}, the row gives {value!r}")
+            key.append((name, value))
         return key
 
 
