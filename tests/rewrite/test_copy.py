@@ -64,3 +64,26 @@ def test_the_sample_check_finds_a_row_the_transform_rejects_before_anything_is_w
     with pytest.raises(TransformError, match=rejected):
         sample_check(spec, job, 10_000)
     assert rt.read_all(client, job.target) == []
+
+
+def test_a_jobs_ranges_are_kept_so_a_resumed_rewrite_copies_the_same_ones(ots_instance) -> None:
+    _, job, client = rt.setup(ots_instance, 3000)
+    first = splits.plan(client, job.id, job.source, workers=4)
+    assert len(first) > 4  # the 100 MB unit is divided until every worker has several ranges
+    rt.fill(client, 6000)  # more data: fresh split points would differ
+    assert splits.plan(client, job.id, job.source, workers=4) == first
+    assert splits.compute(client, job.source, workers=4) != first
+    # The ranges tile the key space: every source row falls in exactly one.
+    keys = [key for key, _ in rt.read_all(client, job.source)]
+    counts = [0] * len(first)
+    for key in keys:
+        counts[splits.split_of(first, key)] += 1
+    assert sum(counts) == 6000 and all(counts)
+
+
+def test_the_size_estimate_comes_from_the_split_points(ots_instance) -> None:
+    _, job, client = rt.setup(ots_instance, 3000)
+    estimate = splits.estimate(client, job.source.name)
+    assert estimate.splits > 1
+    unit = estimate.unit_bytes
+    assert unit * (estimate.splits - 1) <= estimate.bytes <= unit * estimate.splits

@@ -8,7 +8,7 @@ from tsmigrate.local.faults import FaultPlan
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill
 from tsmigrate.rewrite.verify import verify
-from tsmigrate.rewrite.writer import Backoff, BatchWriter
+from tsmigrate.rewrite.writer import Backoff, BatchWriter, RateLimiter
 
 
 def test_the_backfill_survives_throttling_and_failed_rows(ots_instance, ots_server_options) -> None:
@@ -45,3 +45,22 @@ def test_backoff_is_capped_and_jittered() -> None:
     assert min(delays) >= 0.05
     late = [backoff.delay(10) for _ in range(50)]
     assert min(late) >= 1.0 and len(set(late)) > 1  # at the cap: half fixed, half random
+
+
+def test_the_rate_limiter_paces_rows_per_second(monkeypatch) -> None:
+    clock = [100.0]
+    slept = []
+    monkeypatch.setattr("tsmigrate.rewrite.writer.time.monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr("tsmigrate.rewrite.writer.time.sleep", sleep)
+    limiter = RateLimiter(1000)
+    for _ in range(10):
+        limiter.acquire(200)  # 2,000 rows at 1,000 rows/s: the last batch may start at 1.8 s
+    assert abs(sum(slept) - 1.8) < 1e-9
+    unlimited = RateLimiter(None)
+    unlimited.acquire(10**9)
+    assert abs(sum(slept) - 1.8) < 1e-9
