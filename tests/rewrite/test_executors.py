@@ -61,22 +61,36 @@ def test_a_killed_worker_process_loses_and_doubles_nothing(ots_instance, ots_ser
     assert _same(client, job)
 
 
-def test_a_dask_cluster_runs_the_backfill_and_in_process_resumes_it(ots_instance) -> None:
+def test_a_dask_cluster_survives_a_killed_worker_and_in_process_resumes_it(
+    ots_instance, ots_server_options
+) -> None:
     distributed = pytest.importorskip("distributed")
-    spec, job, client = rt.setup(ots_instance, 1500)
+    spec, job, client = rt.setup(ots_instance, 3000)
     ranges = splits.plan(client, job.id, job.source, workers=2)
-    # Half the splits on the cluster, the rest in-process: both see the same checkpoints.
+    ots_server_options.latency_ms = 10  # slow enough for the kill to land mid-copy
+    killed = []
+    # Half the splits on the cluster (one worker process killed midway), the rest in-process:
+    # both see the same checkpoints.
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         executor = DaskExecutor(cluster.scheduler_address)
+
+        def kill_a_worker(progress) -> None:
+            if not killed and progress.rows > 0:
+                nanny = next(iter(cluster.workers.values()))
+                killed.append(nanny.process.pid)
+                os.kill(nanny.process.pid, signal.SIGKILL)
+
         try:
             assert executor.concurrency == 2
-            first = run_backfill(spec, job, ranges[: len(ranges) // 2], executor)
+            first = run_backfill(spec, job, ranges[: len(ranges) // 2], executor, kill_a_worker, 0.05)
         finally:
             executor.close()
-    assert first.rows > 0
+    assert killed and first.rows > 0
     done_on_cluster = {c.index for c in checkpoints.list_splits(client, job.id) if c.done}
     assert done_on_cluster == {s.index for s in ranges[: len(ranges) // 2]}
+    ots_server_options.latency_ms = 0
     result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
-    assert result.rows == 1500
+    assert result.rows == 3000
+    assert sum(c.rows for c in checkpoints.list_splits(client, job.id)) == 3000
     assert _same(client, job)
