@@ -10,6 +10,7 @@ import rewrite_tables as rt
 
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill
+from tsmigrate.rewrite.transform import TransformError
 
 
 def _same(client, job) -> bool:
@@ -93,4 +94,18 @@ def test_a_dask_cluster_survives_a_killed_worker_and_in_process_resumes_it(
     result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
     assert result.rows == 3000
     assert sum(c.rows for c in checkpoints.list_splits(client, job.id)) == 3000
+    assert _same(client, job)
+
+
+def test_a_row_the_transform_rejects_stops_the_backfill_naming_it_and_a_rerun_continues(ots_instance) -> None:
+    spec, job, client = rt.setup(ots_instance, 1500)
+    bad_key, cells = rt.source_row(10**9, int(rt.time.time() * 1000))  # seq wider than 8 digits
+    client.put_row(job.source.name, rt.ts.Row(bad_key, [c[:2] for c in cells]))
+    ranges = splits.plan(client, job.id, job.source, workers=2)
+    with pytest.raises(TransformError, match=r"seq=1000000000\).*fix or delete that row"):
+        run_backfill(spec, job, ranges, InProcessExecutor(workers=1))
+    assert any(c.rows for c in checkpoints.list_splits(client, job.id))  # other rows were copied
+    client.delete_row(job.source.name, rt.ts.Row(bad_key))
+    result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
+    assert result.rows == 1500
     assert _same(client, job)

@@ -54,7 +54,9 @@ class TransformError(TsmigrateError):
         self.reason = reason
         where = f" of table {table!r}" if table else ""
         super().__init__(
-            f"source row {format_key(self.source_key)}{where} cannot be rewritten: {reason}"
+            f"source row {format_key(self.source_key)}{where} cannot be rewritten: {reason}; "
+            "fix or delete that row in the source (or change the new key's derivation), then run "
+            "the rewrite again: it continues from its checkpoints"
         )
 
 
