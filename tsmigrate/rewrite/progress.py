@@ -141,12 +141,12 @@ class ApplyProgress:
         if self.bar is None:
             self.bar = Progress(
                 TextColumn("{task.description}"), BarColumn(),
-                TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"),
+                TextColumn("{task.completed:,.0f}{task.fields[of]} rows"),
                 TextColumn("{task.fields[rate]:,.0f} rows/s"), TextColumn("{task.fields[splits]}"),
                 TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True,
             )
             self.bar.start()
-            self.task = self.bar.add_task("backfill", total=None, rate=0.0, splits="")
+            self.task = self.bar.add_task("backfill", total=None, rate=0.0, splits="", of="")
         assert self.task is not None
         checkpoints = list(getattr(progress, "splits", []))
         done = sum(c.done for c in checkpoints)
@@ -155,7 +155,8 @@ class ApplyProgress:
         rows = getattr(progress, "rows", 0)
         rate = getattr(progress, "rows_per_s", 0.0) or 0.0
         expected = rows + eta * rate if eta is not None and rate else None
-        self.bar.update(self.task, completed=rows, total=expected, rate=rate,
+        of = f" of about {expected:,.0f}" if expected is not None else ""
+        self.bar.update(self.task, completed=rows, total=expected, rate=rate, of=of,
                         splits=f"splits {done} done, {len(checkpoints) - done} running, {total} in all")
 
     def _stop(self) -> None:
