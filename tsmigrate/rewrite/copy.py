@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 import urllib3.exceptions
@@ -22,7 +23,7 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.transform import DIGEST_MASK, build
+from tsmigrate.rewrite.transform import DIGEST_MASK, Page, build
 from tsmigrate.rewrite.writer import RETRYABLE, Backoff, BatchWriter, RateLimiter, WriteError
 
 PAGE_ROWS = 5000
@@ -80,26 +81,34 @@ def copy_split(
     resumed = state.status != checkpoints.PENDING
     if not state.done:
         writer = BatchWriter(client, job.target.name, limiter or RateLimiter(job.max_rows_per_s))
-        start = state.next_start or split.start_bytes
         end = split.end_bytes
-        while True:
+
+        def fetch(start: bytes) -> tuple[Page, bytes | None]:
             buf, following = read_page(raw, job.source.name, start, end, PAGE_ROWS)
-            page = transform.page(buf)
-            writer.put(page.rows)
-            state = attrs.evolve(
-                state,
-                status=DONE if following is None else RUNNING,
-                next_start=following,
-                rows=state.rows + len(page.rows),
-                bytes=state.bytes + page.bytes,
-                digest=(state.digest + page.digest) & DIGEST_MASK,
-            )
-            checkpoints.save(client, job.id, state)
-            if on_page is not None:
-                on_page(state)
-            if following is None:
-                break
-            start = following
+            return transform.page(buf), following
+
+        # The next page is read and transformed while this one is written, so the target
+        # receives writes without pauses; one page ahead bounds the memory.
+        with ThreadPoolExecutor(1, thread_name_prefix="rewrite-read") as reader:
+            ahead = reader.submit(fetch, state.next_start or split.start_bytes)
+            while True:
+                page, following = ahead.result()
+                if following is not None:
+                    ahead = reader.submit(fetch, following)
+                writer.put(page.rows)
+                state = attrs.evolve(
+                    state,
+                    status=DONE if following is None else RUNNING,
+                    next_start=following,
+                    rows=state.rows + len(page.rows),
+                    bytes=state.bytes + page.bytes,
+                    digest=(state.digest + page.digest) & DIGEST_MASK,
+                )
+                checkpoints.save(client, job.id, state)
+                if on_page is not None:
+                    on_page(state)
+                if following is None:
+                    break
     return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed)
 
 
