@@ -13,8 +13,9 @@ Measured side by side in one run, on the same rows and the same server:
 
 Threads and processes are compared side by side (`--executor both`, the default), and the
 faster is the rewrite's figure. The machine may be shared: rewrite and ceiling take turns
-(`--repeat`, 3 by default) and the best of each counts; peak RSS is the largest of all runs. With `--latency-ms L`, a second server with L ms per
-request measures the rewrite with 1, 2, 4 and 8 workers. The last line is:
+(`--repeat`, 3 by default) and the best of each counts; peak RSS is the largest of all runs.
+With `--latency-ms L`, a second server with L ms per request measures the rewrite with 1, 2, 4
+and 8 workers. The last line is:
 
 rows=N rewrite_rows_per_s=X naive_rows_per_s=Y ceiling_rows_per_s=Z vs_naive=A vs_ceiling=B peak_rss_mb=M
 
