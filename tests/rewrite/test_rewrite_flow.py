@@ -293,3 +293,60 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
          for i, cells in truth.items() if cells is not None]
     )
     assert _normalize(rt.read_all(client, TARGET)) == expected
+
+
+def test_with_injected_throttling_and_failed_batch_rows_the_target_equals_the_source(
+        ots_instance, ots_server_options):
+    from tsmigrate.local.faults import FaultPlan
+
+    client = _source(ots_instance, 800)
+    ots_server_options.faults = FaultPlan.parse("server_busy=0.05,batch_row=0.05,seed=5")
+    outcome = _rewrite(client)
+    now = int(time.time() * 1000)
+    for i in range(0, 60):  # changes during capture, under the same faults
+        key, cells = rt.source_row(i, now)
+        client.put_row(rt.SOURCE.name, ts.Row(key, [("region", "zz", now), *cells[2:]]))
+    with _runner(client) as runner:
+        driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
+    ots_server_options.faults = None
+    assert [r.phase for r in outcome.rewrites] == [machine.READY]
+    _equal(client)
+
+
+def test_a_row_the_transform_rejects_stops_the_rewrite_before_anything_is_written(ots_instance):
+    client = _source(ots_instance, 50)
+    key, _ = rt.source_row(10**9, 0)  # a seq the new key's 8 padded digits cannot hold
+    client.put_row(rt.SOURCE.name, ts.Row(key, [("region", "eu")]))
+    with pytest.raises(Exception, match="1000000000"):
+        _rewrite(client)
+    rewrite = machine.load(client, TARGET.name)
+    assert rewrite.phase == machine.FAILED and rewrite.resume_to == machine.PREPARE
+    assert "1000000000" in rewrite.error
+    assert rt.read_all(client, rt.TARGET) == []  # nothing written
+
+
+def test_pause_stops_a_running_backfill_and_resume_completes_it(ots_instance):
+    client = _source(ots_instance, 2000)
+    slow = RewriteSettings(options=driver.RunOptions(workers=1, max_rows_per_s=800))
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _rewrite(ots_instance.client(), slow)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    while getattr(machine.load(client, TARGET.name), "phase", None) != machine.BACKFILL:
+        time.sleep(0.05)
+    machine.save(client, machine.load(client, TARGET.name), phase=machine.PAUSED)
+    thread.join(120)
+    assert failure and isinstance(failure[0], machine.Interrupted)
+    paused = machine.load(client, TARGET.name)
+    assert paused.phase == machine.PAUSED and paused.resume_to == machine.BACKFILL
+    with _runner(client) as runner:
+        done = driver.run_to_ready(client, driver.spec_of(client, True), runner,
+                                   driver.RunOptions(workers=2))
+    assert done.phase == machine.READY
+    _equal(client)

@@ -212,6 +212,7 @@ class Capture:
     def _apply_page(self, shard: ShardState, records: Sequence[StreamRecord]) -> None:
         now: dict[Key, set[Key]] = {}
         waiting: set[int] = set()
+        running: set[int] = set()  # splits seen unfinished in this page: asked once per page
         for record in records:
             source_key = _key(record.row.primary_key)
             old = self._old_target_key(record)
@@ -219,7 +220,7 @@ class Capture:
             for cell in record.row.cells:
                 if cell.timestamp:
                     self.stats.last_record_ms = max(self.stats.last_record_ms, cell.timestamp)
-            if split in self.finished_splits or self.split_done(split):
+            if split not in running and (split in self.finished_splits or self.split_done(split)):
                 self.finished_splits.add(split)
                 now.setdefault(source_key, set()).update([old] if old else [])
             else:
@@ -227,6 +228,7 @@ class Capture:
                     [old] if old else []
                 )
                 waiting.add(split)
+                running.add(split)
                 self.stats.deferred += 1
         if now:
             self.sync(now)
