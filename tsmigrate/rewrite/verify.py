@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -27,7 +28,7 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.copy import read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.rowbytes import scan_rows
-from tsmigrate.rewrite.splits import Split, split_of
+from tsmigrate.rewrite.splits import Split, compute, split_of
 from tsmigrate.rewrite.transform import DIGEST_MASK, RowTransform, build, format_key, row_digest
 from tsmigrate.schema import Table
 
@@ -122,9 +123,8 @@ def _source_rows(raw: RawClient, transform: RowTransform, split: Split):
         yield from transform.page(buf, detail=True).detail or ()
 
 
-def _target_rows(raw: RawClient, transform: RowTransform, splits: Sequence[Split]):
-    """(split index, source key or None, target key, digest) of every target row."""
-    start, end = _full_range(transform.target)
+def _target_rows(raw: RawClient, transform: RowTransform, splits: Sequence[Split], start: bytes, end: bytes):
+    """(split index, source key or None, target key, digest) of every target row in [start, end)."""
     wanted = transform.recover_columns
     for buf in _pages(raw, transform.target.name, start, end):
         for row in scan_rows(buf, wanted):
@@ -142,36 +142,54 @@ def _key_tuple(key: Sequence[tuple[str, Any]]) -> tuple:
 
 
 def verify(
-    spec: ConnectionSpec, job: RewriteJob, splits: Sequence[Split], client: OTSClient | None = None
+    spec: ConnectionSpec,
+    job: RewriteJob,
+    splits: Sequence[Split],
+    client: OTSClient | None = None,
+    workers: int = 4,
 ) -> VerifyReport:
+    """Compare source and target; ``workers`` ranges are read at a time on each side."""
     client = client or spec.client()
     raw = RawClient(client)
     transform = build(job)
-    source = {s.index: [0, 0] for s in splits}
-    for split in splits:
-        totals = source[split.index]
-        for _, _, digest in _source_rows(raw, transform, split):
-            totals[0] += 1
-            totals[1] += digest
-    target: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for index, _, _, digest in _target_rows(raw, transform, splits):
-        totals = target[index]
-        totals[0] += 1
-        totals[1] += digest
+
+    def source_totals(split: Split) -> tuple[int, int, int]:
+        count = digest = 0
+        for _, _, row_hash in _source_rows(raw, transform, split):
+            count += 1
+            digest += row_hash
+        return split.index, count, digest
+
+    def target_totals(part: Split) -> dict[int, list[int]]:
+        totals: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
+        for index, _, _, row_hash in _target_rows(raw, transform, splits, part.start_bytes, part.end_bytes):
+            totals[index][0] += 1
+            totals[index][1] += row_hash
+        return totals
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="rewrite-verify") as pool:
+        source = {index: (count, digest) for index, count, digest in pool.map(source_totals, splits)}
+        target: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
+        # The target is read in ranges of its own split points.
+        for part in pool.map(target_totals, compute(client, transform.target, workers)):
+            for index, (count, digest) in part.items():
+                target[index][0] += count
+                target[index][1] += digest
     verdicts = tuple(
         SplitVerdict(s.index, source[s.index][0], target[s.index][0],
                      source[s.index][1] & DIGEST_MASK, target[s.index][1] & DIGEST_MASK)
         for s in splits
     )
     bad = [v.index for v in verdicts if not v.ok]
+    unmapped = target[UNMAPPED][0] > 0
     differences: list[Difference] = []
-    if bad or UNMAPPED in target:
+    if bad or unmapped:
         differences = _differences(client, raw, transform, splits, set(bad))
     return VerifyReport(
-        ok=not bad and UNMAPPED not in target,
+        ok=not bad and not unmapped,
         per_split=verdicts,
         source_rows=sum(v.source_rows for v in verdicts),
-        target_rows=sum(totals[0] for totals in target.values()),
+        target_rows=sum(count for count, _ in target.values()),
         differences=tuple(differences[:MAX_DIFFERENCES]),
         truncated=len(differences) > MAX_DIFFERENCES,
     )
@@ -183,7 +201,8 @@ def _differences(
     """Row-by-row comparison of the differing splits (and target rows of no split)."""
     found: list[Difference] = []
     by_split: dict[int, dict[tuple, tuple]] = {i: {} for i in bad}
-    for index, source_key, target_key, digest in _target_rows(raw, transform, splits):
+    start, end = _full_range(transform.target)
+    for index, source_key, target_key, digest in _target_rows(raw, transform, splits, start, end):
         if index == UNMAPPED:
             found.append(Difference(EXTRA, None, target_key))
         elif index in by_split:
