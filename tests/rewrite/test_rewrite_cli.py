@@ -123,9 +123,12 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
     assert unknown.returncode == 1 and "no rewrite into or out of nosuch" in unknown.stderr
 
 
-def test_abort_from_the_command_line(tmp_path, ots_instance):
+def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
     project = _source(tmp_path, ots_instance, 50)
-    assert _run(project, ots_instance, "apply", "--yes").returncode == 0
+    assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0
+    applied = _run(project, ots_instance, "apply", "--yes", "--plan", "plan.json")
+    assert applied.returncode == 0, applied.stderr
+    assert "readings_by_seq: ready" in applied.stdout
     aborted = _run(project, ots_instance, "rewrite", "abort", "readings_by_seq")
     assert aborted.returncode == 0 and "aborted" in aborted.stdout
     assert "readings_by_seq" not in ots_instance.client().list_table()

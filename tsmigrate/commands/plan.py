@@ -50,11 +50,13 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune)
-    if any(step.kind == "rewrite_table" for step in result.steps):
-        result = _with_rewrite_costs(proj, target, result)
     if out is not None:
+        # The file holds the steps apply will plan again (a rewrite's cost is an estimate shown
+        # to the reader, not part of the step apply compares).
         document = plan_document(result, target.identity, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if any(step.kind == "rewrite_table" for step in result.steps):
+        result = _with_rewrite_costs(proj, target, result)
     if fmt == "json":
         click.echo(plan_json(result), nl=False)
     elif fmt == "markdown":
