@@ -146,7 +146,8 @@ def run_backfill(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
         executor.close()
     if failure:
         raise failure[0]
-    _save_capture(runner, capture, backfill={"rows": result.rows, "bytes": result.bytes})
+    _save_capture(runner, capture, backfill={"rows": result.rows, "bytes": result.bytes,
+                                              "elapsed_s": round(result.elapsed_s, 3)})
     runner.save(phase=machine.CATCH_UP)
 
 

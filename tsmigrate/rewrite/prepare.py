@@ -125,4 +125,4 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
         kept = splits.plan(client, job.id, job.source, workers)  # the job's ranges, kept once
         rewrite = runner.save(estimate={"bytes": sum(s.estimated_bytes for s in kept),
                                         "splits": len(kept)})
-    runner.save(phase=machine.BACKFILL)
+    runner.save(phase=machine.BACKFILL, backfill_started_ms=machine.now_ms())

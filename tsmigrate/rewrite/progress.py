@@ -47,10 +47,13 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
     est_rows = rows
     if copied_bytes and est_bytes > copied_bytes:
         est_rows = int(rows * est_bytes / copied_bytes)
-    started = int(rewrite.get("created_ms", machine.now_ms()))
-    backfill_done = rewrite.phase not in (machine.PREPARE, machine.BACKFILL)
-    elapsed_s = max(1e-3, (machine.now_ms() - started) / 1000)
-    rate = rows / elapsed_s if rows else 0.0
+    backfill = rewrite.get("backfill") or {}
+    backfill_done = bool(backfill)
+    if backfill_done:  # the backfill's own rate, not diluted by the time since
+        rate = backfill["rows"] / max(1e-3, backfill.get("elapsed_s", 0))
+    else:
+        started = int(rewrite.get("backfill_started_ms") or machine.now_ms())
+        rate = rows / max(1e-3, (machine.now_ms() - started) / 1000) if rows else 0.0
     eta_s = 0.0 if backfill_done else ((est_rows - rows) / rate if rate else None)
     verification = rewrite.get("verification") or {}
     return {
