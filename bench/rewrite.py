@@ -29,6 +29,7 @@ import http.client
 import json
 import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -48,7 +49,7 @@ from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 from tsmigrate.local.plainbuffer import HEADER, assemble_row, encode_cell, encode_primary_key_cells  # noqa: E402
 from tsmigrate.rawclient import RawClient  # noqa: E402
 from tsmigrate.rewrite import splits  # noqa: E402
-from tsmigrate.rewrite.copy import read_page  # noqa: E402
+from tsmigrate.rewrite.copy import read_page, versions  # noqa: E402
 from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob  # noqa: E402
 from tsmigrate.rewrite.transform import build  # noqa: E402
@@ -143,11 +144,14 @@ def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool) -> 
     ranges = splits.plan(client, job.id, SOURCE, workers)
     result = run_backfill(spec, job, ranges, executor)
     elapsed = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = sum(u.ru_utime + u.ru_stime for u in usage)
     executor.close()
     running.clear()
     sampler.join()
     print(json.dumps({"rows": result.rows, "rows_per_s": result.rows / elapsed, "splits": len(ranges),
-                      "peak_rss_mb": peak[0] / 1024}))
+                      "peak_rss_mb": peak[0] / 1024, "cpu_us_per_row": cpu_s / result.rows * 1e6,
+                      "cpu_share": cpu_s / elapsed}))
 
 
 def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
@@ -190,7 +194,7 @@ def ceiling(client: ts.OTSClient, endpoint: str, target: str, workers: int) -> f
     bodies = []
     rows = 0
     while start is not None:
-        buf, start = read_page(raw, SOURCE.name, start, end)
+        buf, start = read_page(raw, SOURCE.name, start, end, max_versions=versions(job))
         encoded = transform.page(buf).rows
         rows += len(encoded)
         for low in range(0, len(encoded), 200):
@@ -297,7 +301,8 @@ def main() -> None:
                     raise SystemExit(f"the rewrite copied {run['rows']} rows of {args.rows}")
                 results.setdefault(label, []).append(run)
                 print(f"rewrite, {args.workers} {label}: {run['rows_per_s']:,.0f} rows/s, "
-                      f"{run['splits']} splits, peak RSS {run['peak_rss_mb']:.0f} MB", flush=True)
+                      f"{run['splits']} splits, peak RSS {run['peak_rss_mb']:.0f} MB, client CPU "
+                      f"{run['cpu_us_per_row']:.0f} us/row ({run['cpu_share']:.0%} of a core)", flush=True)
         best_of = {label: max(runs, key=lambda r: r["rows_per_s"]) for label, runs in results.items()}
         best_label = max(best_of, key=lambda k: best_of[k]["rows_per_s"])
         best = best_of[best_label]

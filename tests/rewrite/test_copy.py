@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import rewrite_tables as rt
 from tablestore import INF_MAX, INF_MIN
@@ -9,6 +10,8 @@ from tablestore import INF_MAX, INF_MIN
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.copy import copy_split, sample_check
 from tsmigrate.rewrite.transform import TransformError
+from tsmigrate.rewrite.verify import verify
+from tsmigrate.schema import TableOptions
 
 
 def _normalize(rows):
@@ -87,3 +90,20 @@ def test_the_size_estimate_comes_from_the_split_points(ots_instance) -> None:
     assert estimate.splits > 1
     unit = estimate.unit_bytes
     assert unit * (estimate.splits - 1) <= estimate.bytes <= unit * estimate.splits
+
+
+def test_a_target_keeping_fewer_versions_gets_the_newest_ones_and_verifies(ots_instance) -> None:
+    client = ots_instance.client()
+    rt.State(client).ensure_table()
+    options = TableOptions(max_versions=1, max_time_deviation=rt.YEAR_S)
+    target = attrs.evolve(rt.TARGET, name="one_version", options=options)
+    rt.create(client, rt.SOURCE)
+    rt.create(client, target)
+    rt.fill(client, 200)
+    job = rt.RewriteJob("newest", rt.SOURCE, target)
+    spec = rt.ConnectionSpec(ots_instance.endpoint, ots_instance.instance, local_defaults=True)
+    ranges = splits.plan(client, job.id, job.source)
+    assert sum(copy_split(spec, job, s).rows for s in ranges) == 200
+    rows = rt.read_all(client, target)
+    assert all(len([c for c in cells if c[0] == "temp"]) == 1 for _, cells in rows)
+    assert verify(spec, job, ranges).ok

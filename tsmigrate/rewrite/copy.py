@@ -27,7 +27,6 @@ from tsmigrate.rewrite.transform import DIGEST_MASK, Page, build
 from tsmigrate.rewrite.writer import RETRYABLE, Backoff, BatchWriter, RateLimiter, WriteError
 
 PAGE_ROWS = 5000
-ALL_VERSIONS = 2**31 - 1  # GetRange's max_versions: every version the table keeps
 MAX_READ_ATTEMPTS = 12
 
 
@@ -40,14 +39,22 @@ class SplitResult:
     resumed: bool  # started from a checkpoint a previous run left
 
 
+def versions(job: RewriteJob) -> int:
+    """How many versions of each cell to copy: as many as the target keeps (it would drop any
+    older ones itself), which also asks a table keeping one version for its stored newest row,
+    the service's cheapest read."""
+    return job.target.options.max_versions
+
+
 def read_page(
     raw: RawClient, table: str, start: bytes, end: bytes, limit: int = PAGE_ROWS,
-    backoff: Backoff | None = None,
+    max_versions: int = 1, backoff: Backoff | None = None,
 ) -> tuple[bytes, bytes | None]:
-    """One GetRange page as PlainBuffer bytes, and the key the next page starts at (None at the
-    end of the range); throttling and lost connections are retried with backoff."""
+    """One GetRange page as PlainBuffer bytes (the newest ``max_versions`` of every cell), and
+    the key the next page starts at (None at the end of the range); throttling and lost
+    connections are retried with backoff."""
     request = pb.GetRangeRequest(
-        table_name=table, direction=pb.FORWARD, max_versions=ALL_VERSIONS, limit=limit,
+        table_name=table, direction=pb.FORWARD, max_versions=max_versions, limit=limit,
         inclusive_start_primary_key=start, exclusive_end_primary_key=end,
     )
     backoff = backoff or Backoff()
@@ -84,7 +91,7 @@ def copy_split(
         end = split.end_bytes
 
         def fetch(start: bytes) -> tuple[Page, bytes | None]:
-            buf, following = read_page(raw, job.source.name, start, end, PAGE_ROWS)
+            buf, following = read_page(raw, job.source.name, start, end, PAGE_ROWS, versions(job))
             return transform.page(buf), following
 
         # The next page is read and transformed while this one is written, so the target
@@ -126,6 +133,6 @@ def sample_check(
     checked = 0
     for split in ranges:
         limit = min(per_range, PAGE_ROWS)
-        buf, _ = read_page(raw, job.source.name, split.start_bytes, split.end_bytes, limit)
+        buf, _ = read_page(raw, job.source.name, split.start_bytes, split.end_bytes, limit, versions(job))
         checked += len(transform.page(buf).rows)
     return checked

@@ -25,7 +25,7 @@ from tablestore import OTSClient
 
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 from tsmigrate.rawclient import RawClient
-from tsmigrate.rewrite.copy import read_page
+from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.rowbytes import scan_rows
 from tsmigrate.rewrite.splits import Split, compute, split_of
@@ -108,9 +108,9 @@ def _full_range(table: Table) -> tuple[bytes, bytes]:
             encode_primary_key([(n, INF_MAX) for n in names]))
 
 
-def _pages(raw: RawClient, table: str, start: bytes, end: bytes):
+def _pages(raw: RawClient, table: str, start: bytes, end: bytes, versions: int):
     while True:
-        buf, following = read_page(raw, table, start, end)
+        buf, following = read_page(raw, table, start, end, PAGE_ROWS, versions)
         yield buf
         if following is None:
             return
@@ -119,14 +119,15 @@ def _pages(raw: RawClient, table: str, start: bytes, end: bytes):
 
 def _source_rows(raw: RawClient, transform: RowTransform, split: Split):
     """(source key, target key, digest) of every source row of ``split``, transformed."""
-    for buf in _pages(raw, transform.source.name, split.start_bytes, split.end_bytes):
+    versions = transform.target.options.max_versions  # as many as the copy reads
+    for buf in _pages(raw, transform.source.name, split.start_bytes, split.end_bytes, versions):
         yield from transform.page(buf, detail=True).detail or ()
 
 
 def _target_rows(raw: RawClient, transform: RowTransform, splits: Sequence[Split], start: bytes, end: bytes):
     """(split index, source key or None, target key, digest) of every target row in [start, end)."""
     wanted = transform.recover_columns
-    for buf in _pages(raw, transform.target.name, start, end):
+    for buf in _pages(raw, transform.target.name, start, end, transform.target.options.max_versions):
         for row in scan_rows(buf, wanted):
             digest = row_digest(buf[row.pk_start:row.pk_end], row.attributes)
             try:
