@@ -27,6 +27,7 @@ from tsmigrate.rewrite.transform import DIGEST_MASK, Page, build
 from tsmigrate.rewrite.writer import RETRYABLE, Backoff, BatchWriter, RateLimiter, WriteError
 
 PAGE_ROWS = 5000
+FIRST_PAGE_ROWS = 500  # a split's first page is small: its writes start sooner
 MAX_READ_ATTEMPTS = 12
 
 
@@ -90,14 +91,15 @@ def copy_split(
         writer = BatchWriter(client, job.target.name, limiter or RateLimiter(job.max_rows_per_s))
         end = split.end_bytes
 
-        def fetch(start: bytes) -> tuple[Page, bytes | None]:
-            buf, following = read_page(raw, job.source.name, start, end, PAGE_ROWS, versions(job))
+        def fetch(start: bytes, rows: int = PAGE_ROWS) -> tuple[Page, bytes | None]:
+            buf, following = read_page(raw, job.source.name, start, end, rows, versions(job))
             return transform.page(buf), following
 
         # The next page is read and transformed while this one is written, so the target
         # receives writes without pauses; one page ahead bounds the memory.
         with ThreadPoolExecutor(1, thread_name_prefix="rewrite-read") as reader:
-            ahead = reader.submit(fetch, state.next_start or split.start_bytes)
+            first = min(FIRST_PAGE_ROWS, PAGE_ROWS)
+            ahead = reader.submit(fetch, state.next_start or split.start_bytes, first)
             while True:
                 page, following = ahead.result()
                 if following is not None:
