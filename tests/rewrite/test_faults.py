@@ -5,10 +5,11 @@ from __future__ import annotations
 import rewrite_tables as rt
 
 from tsmigrate.local.faults import FaultPlan
+from tsmigrate.retry import TsmigrateRetryPolicy
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill
 from tsmigrate.rewrite.verify import verify
-from tsmigrate.rewrite.writer import Backoff, BatchWriter, RateLimiter
+from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 
 def test_the_backfill_survives_throttling_and_failed_rows(ots_instance, ots_server_options) -> None:
@@ -28,7 +29,8 @@ def test_the_backfill_survives_throttling_and_failed_rows(ots_instance, ots_serv
 def test_only_the_failed_rows_are_sent_again(ots_instance, ots_server_options) -> None:
     _, job, client = rt.setup(ots_instance, 0)
     ots_server_options.faults = FaultPlan.parse("batch_row@BatchWriteRow=0.2,seed=5")
-    writer = BatchWriter(client, job.target.name, backoff=Backoff(base_s=0.001))
+    quick = TsmigrateRetryPolicy(base_delay_s=0.001, throttled_delay_s=0.001)
+    writer = BatchWriter(client, job.target.name, policy=quick)
     rows = [rt.encoded_target_row(i) for i in range(400)]
     writer.put(rows)
     ots_server_options.faults = None
@@ -36,15 +38,6 @@ def test_only_the_failed_rows_are_sent_again(ots_instance, ots_server_options) -
     assert 0 < writer.stats.retried_rows < 400  # retried rows only, never whole batches
     assert writer.stats.requests > 2
     assert len(rt.read_all(client, job.target)) == 400
-
-
-def test_backoff_is_capped_and_jittered() -> None:
-    backoff = Backoff(base_s=0.1, cap_s=2.0)
-    delays = [backoff.delay(attempt) for attempt in range(12) for _ in range(20)]
-    assert max(delays) <= 2.0
-    assert min(delays) >= 0.05
-    late = [backoff.delay(10) for _ in range(50)]
-    assert min(late) >= 1.0 and len(set(late)) > 1  # at the cap: half fixed, half random
 
 
 def test_the_rate_limiter_paces_rows_per_second(monkeypatch) -> None:

@@ -9,26 +9,23 @@ page. Run it in a thread, a process or on a Dask worker: all checkpoint the same
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
-import urllib3.exceptions
 from tablestore import OTSClient
-from tablestore.error import OTSServiceError
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate import adapter
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.transform import DIGEST_MASK, Page, build
-from tsmigrate.rewrite.writer import RETRYABLE, Backoff, BatchWriter, RateLimiter, WriteError
+from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 PAGE_ROWS = 5000
 FIRST_PAGE_ROWS = 500  # a split's first page is small: its writes start sooner
-MAX_READ_ATTEMPTS = 12
 
 
 @attrs.frozen
@@ -48,28 +45,18 @@ def versions(job: RewriteJob) -> int:
 
 
 def read_page(
-    raw: RawClient, table: str, start: bytes, end: bytes, limit: int = PAGE_ROWS,
-    max_versions: int = 1, backoff: Backoff | None = None,
+    raw: RawClient, table: str, start: bytes, end: bytes, limit: int = PAGE_ROWS, max_versions: int = 1
 ) -> tuple[bytes, bytes | None]:
     """One GetRange page as PlainBuffer bytes (the newest ``max_versions`` of every cell), and
-    the key the next page starts at (None at the end of the range); throttling and lost
-    connections are retried with backoff."""
+    the key the next page starts at (None at the end of the range); the client's retry policy
+    retries throttling and lost connections."""
     request = pb.GetRangeRequest(
         table_name=table, direction=pb.FORWARD, max_versions=max_versions, limit=limit,
         inclusive_start_primary_key=start, exclusive_end_primary_key=end,
     )
-    backoff = backoff or Backoff()
-    for attempt in range(MAX_READ_ATTEMPTS):
-        try:
-            response = raw.call("GetRange", request, pb.GetRangeResponse)
-            return response.rows, response.next_start_primary_key or None
-        except OTSServiceError as exc:
-            if exc.code not in RETRYABLE:
-                raise
-        except (urllib3.exceptions.HTTPError, OSError):
-            pass
-        time.sleep(backoff.delay(attempt))
-    raise WriteError(f"GetRange on {table!r} kept failing; run the rewrite again to continue")
+    with adapter.service_errors(f"GetRange on {table!r}"):
+        response = raw.call("GetRange", request, pb.GetRangeResponse)
+    return response.rows, response.next_start_primary_key or None
 
 
 def copy_split(

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 from tablestore import OTSClient
 
+from tsmigrate import retry
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
 
@@ -29,15 +30,18 @@ class ConnectionSpec:
     local_defaults: bool = False
 
     def client(self, **options: Any) -> OTSClient:
-        """A client whose requests are retried on throttling (capped, jittered delays); the
-        rewrite's writer retries the rows that failed inside a BatchWriteRow."""
+        """A client with tsmigrate's retry policy (``tsmigrate.retry``: throttling and lost
+        connections retried with capped, jittered delays); the rewrite's writer also retries the
+        rows that failed inside a BatchWriteRow, by the same policy."""
         if self.local_defaults:
             key_id, secret, token = DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, None
         else:
             from tsmigrate.target import credentials
 
             key_id, secret, token = credentials(os.environ)
-        return OTSClient(self.endpoint, key_id, secret, self.instance, sts_token=token, **options)
+        return retry.install(
+            OTSClient(self.endpoint, key_id, secret, self.instance, sts_token=token, **options)
+        )
 
 
 @attrs.frozen

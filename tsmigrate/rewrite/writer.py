@@ -1,27 +1,27 @@
 """BatchWriteRow within the service's limits, retrying only the rows that failed.
 
 Rows arrive encoded (PlainBuffer, HEADER + row) and go out in requests of at most 200 rows and
-4 MB. A request the service rejects as a whole (throttling, a busy partition) is sent again
-after a capped, jittered delay; in a request that went through, only the rows that failed with a
-retryable error are sent again. A row that fails for good raises WriteError naming its key.
+4 MB. A request the service rejects as a whole (throttling, a busy partition, a lost connection)
+is sent again by the client's retry policy (``tsmigrate.retry``); in a request that went through,
+only the rows that failed with a retryable error are sent again, after the same policy's capped,
+jittered delays. A row that fails for good raises WriteError naming its key.
 
 ``RateLimiter`` paces rows per second (``--max-rows-per-s``), shared by the threads of a process.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import urllib3.exceptions
 from tablestore import OTSClient
 from tablestore.error import OTSServiceError
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.local.plainbuffer import HEADER, assemble_row, decode_row, encode_primary_key_cells
 from tsmigrate.rawclient import RawClient
@@ -29,32 +29,10 @@ from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
-MAX_ATTEMPTS = 12
-
-# Errors after which the same write may be sent again (the service did nothing, or a row put
-# with absolute values is the same when repeated).
-RETRYABLE = frozenset({
-    "OTSServerBusy", "OTSNotEnoughCapacityUnit", "OTSOperationThrottled", "OTSTableNotReady",
-    "OTSPartitionUnavailable", "OTSRowOperationConflict", "OTSTimeout", "OTSInternalServerError",
-    "OTSServerUnavailable", "OTSQuotaExhausted",
-})
 
 
 class WriteError(TsmigrateError):
     """Rows could not be written to the target."""
-
-
-@attrs.define
-class Backoff:
-    """Exponential delays, capped, with "equal jitter" (half fixed, half random) so workers that
-    failed together do not retry together."""
-
-    base_s: float = 0.05
-    cap_s: float = 4.0
-
-    def delay(self, attempt: int) -> float:
-        limit = min(self.cap_s, self.base_s * 2**attempt)
-        return limit / 2 + random.uniform(0, limit / 2)
 
 
 class RateLimiter:
@@ -90,12 +68,12 @@ class BatchWriter:
         client: OTSClient,
         table: str,
         limiter: RateLimiter | None = None,
-        backoff: Backoff | None = None,
+        policy: retry.TsmigrateRetryPolicy | None = None,
     ) -> None:
         self.raw = RawClient(client)
         self.table = table
         self.limiter = limiter or RateLimiter(None)
-        self.backoff = backoff or Backoff()
+        self.policy = policy or retry.policy_of(self.raw.client) or retry.RETRY_POLICY
         self.stats = WriteStats()
 
     def put(self, rows: Sequence[bytes]) -> None:
@@ -121,49 +99,49 @@ class BatchWriter:
     def _send(self, kind: int, rows: list[bytes]) -> None:
         self.limiter.acquire(len(rows))
         pending = rows
-        for attempt in range(MAX_ATTEMPTS):
-            failed = self._request(kind, pending, attempt)
-            if not failed:
+        attempt = 0
+        while True:
+            failed, error = self._request(kind, pending)
+            if not failed or error is None:
                 self.stats.rows += len(rows)
                 return
+            if attempt >= self.policy.max_retries:
+                key = format_key(decode_row(failed[0]).primary_key)
+                raise WriteError(
+                    f"{len(failed)} rows could not be written to {self.table!r} after {attempt + 1} "
+                    f"attempts, first {key}: {error.code} {error.message}; run the rewrite again to "
+                    "continue from its checkpoints"
+                )
             self.stats.retried_rows += len(failed)
+            time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
+            attempt += 1
             pending = failed
-            time.sleep(self.backoff.delay(attempt))
-        raise WriteError(
-            f"{len(pending)} rows could not be written to {self.table!r} after {MAX_ATTEMPTS} attempts "
-            f"(the service kept throttling), first {format_key(decode_row(pending[0]).primary_key)}; "
-            "run the rewrite again to continue from its checkpoints"
-        )
 
-    def _request(self, kind: int, rows: list[bytes], attempt: int) -> list[bytes]:
-        """Send once; the rows to send again (all of them when the request was refused)."""
+    def _request(self, kind: int, rows: list[bytes]) -> tuple[list[bytes], OTSServiceError | None]:
+        """Send once (the client's policy retries a refused request); the rows that failed
+        with a retryable error, and that error."""
         request = pb.BatchWriteRowRequest()
         table = request.tables.add(table_name=self.table)
         for row in rows:
             item = table.rows.add(type=kind, row_change=row)
             item.condition.row_existence = pb.IGNORE
         self.stats.requests += 1
-        try:
+        with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
             response = self.raw.call("BatchWriteRow", request, pb.BatchWriteRowResponse)
-        except OTSServiceError as exc:
-            if exc.code not in RETRYABLE:
-                message = f"BatchWriteRow to {self.table!r} failed: {exc.code} {exc.message}"
-                raise WriteError(message) from None
-            self.stats.throttled += 1
-            return rows
-        except (urllib3.exceptions.HTTPError, OSError):
-            return rows  # puts and deletes of whole rows are the same when sent again
         failed = []
+        error = None
         for row, result in zip(rows, response.tables[0].rows, strict=True):
             if result.is_ok:
                 continue
-            if result.error.code not in RETRYABLE:
+            exc = OTSServiceError(0, result.error.code, result.error.message)
+            if not retry.retryable(exc, "BatchWriteRow"):
                 key = format_key(decode_row(row).primary_key)
                 raise WriteError(
                     f"row {key} of {self.table!r} was refused: {result.error.code} {result.error.message}"
                 )
             failed.append(row)
-        return failed
+            error = exc
+        return failed, error
 
 
 def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
