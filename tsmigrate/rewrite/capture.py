@@ -37,7 +37,7 @@ from tablestore import metadata as md
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.rawclient import RawClient, StreamRecord
-from tsmigrate.rewrite import machine
+from tsmigrate.rewrite import copy, machine
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
@@ -290,7 +290,7 @@ class Capture:
             self.stats.moved += len(gone)
 
     def _read_source(self, keys: list[Key]) -> dict[Key, list[tuple[str, Any, int]]]:
-        return read_rows(self.client, self.job.source.name, keys, self.job.source.options.max_versions)
+        return read_rows(self.client, self.job.source.name, keys, copy.versions(self.job))
 
     def _read_rows(self, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
         return read_rows(self.client, table, keys, versions)

@@ -29,7 +29,7 @@ import tablestore as ts
 
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import machine, prepare
+from tsmigrate.rewrite import copy, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
@@ -179,7 +179,7 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
 
     t = transform.build(job)
     keys = [_key(s) for s, _ in differences if s]
-    before = capture_mod.read_rows(client, job.source.name, keys, job.source.options.max_versions)
+    before = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
     catch_up(runner, capture, report)
     wanted = {_key(tk) for _, tk in differences if tk}
     expected = {}
@@ -188,7 +188,7 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
         wanted.add(_key(expected[source_key].primary_key))
     targets = capture_mod.read_rows(client, job.target.name, list(wanted),
                                     job.target.options.max_versions)
-    after = capture_mod.read_rows(client, job.source.name, keys, job.source.options.max_versions)
+    after = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
     result = Recheck([], [], [])
     seen = set()
     for source_key, target_key in differences:

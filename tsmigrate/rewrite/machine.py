@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter
+from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.state import STATE_TABLE
 
@@ -184,8 +184,10 @@ def start(client: Any, *, source: str, target: str, doc: Mapping[str, Any]) -> R
                 f"(tsmigrate rewrite finish|abort {other.target})"
             )
     old = load(client, target)
+    write = uuid.uuid4().hex
     columns = {"source": source, "phase": PREPARE, "version": 1,
-               "doc": json.dumps({**doc, "created_ms": now_ms(), "updated_ms": now_ms()})}
+               "doc": json.dumps({**doc, "created_ms": now_ms(), "updated_ms": now_ms(),
+                                  "write": write})}
     try:
         if old is None:
             adapter.put_row(client, STATE_TABLE, _key(target), columns, expect="not_exist")
@@ -194,7 +196,9 @@ def start(client: Any, *, source: str, target: str, doc: Mapping[str, Any]) -> R
             adapter.put_row(client, STATE_TABLE, _key(target), columns, expect="exist",
                             column_equals=("version", old.version))
     except adapter.ConditionFailed:
-        raise RewriteConflict(f"another process started the rewrite into {target} meanwhile") from None
+        if not _landed(client, target, write):
+            raise RewriteConflict(
+                f"another process started the rewrite into {target} meanwhile") from None
     started = load(client, target)
     assert started is not None
     return started
@@ -207,7 +211,7 @@ def save(client: Any, rewrite: Rewrite, *, phase: str | None = None, **changes: 
         raise RewriteError(
             f"the rewrite into {rewrite.target} is {rewrite.phase}; it cannot go to {phase}"
         )
-    doc = {**rewrite.doc, **changes, "updated_ms": now_ms()}
+    doc = {**rewrite.doc, **changes, "updated_ms": now_ms(), "write": uuid.uuid4().hex}
     if phase in (PAUSED, FAILED) and rewrite.phase in RUNNING_PHASES:
         doc["resume_to"] = rewrite.phase
     columns = {"source": rewrite.source, "phase": new_phase, "version": rewrite.version + 1,
@@ -216,11 +220,20 @@ def save(client: Any, rewrite: Rewrite, *, phase: str | None = None, **changes: 
         adapter.put_row(client, STATE_TABLE, _key(rewrite.target), columns, expect="exist",
                         column_equals=("version", rewrite.version))
     except adapter.ConditionFailed:
+        if _landed(client, rewrite.target, doc["write"]):
+            return Rewrite(rewrite.target, rewrite.source, new_phase, rewrite.version + 1, doc)
         raise RewriteConflict(
             f"the rewrite into {rewrite.target} was changed by another process meanwhile "
             "(see tsmigrate rewrite status)"
         ) from None
     return Rewrite(rewrite.target, rewrite.source, new_phase, rewrite.version + 1, doc)
+
+
+def _landed(client: Any, target: str, write: str) -> bool:
+    """Whether our write is the row's current state: a write retried after an ambiguous failure
+    (see tsmigrate.retry) fails its condition when its first attempt did land."""
+    current = load(client, target)
+    return current is not None and current.get("write") == write
 
 
 def refresh(client: Any, rewrite: Rewrite) -> Rewrite:
@@ -255,7 +268,7 @@ class Runner:
     """Holds the rewrite's lease while a process drives it (apply, follow, finish, abort)."""
 
     def __init__(self, client: Any, target: str):
-        self.client = client
+        self.client = retry.install(client)  # the shared policy for every call the run makes
         self.target = target
         self.owner = _me()
         self.rewrite = self._take()
