@@ -158,8 +158,10 @@ def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--phase", "rewrite", "--endpoint", endpoint, "--target", target,
          "--workers", str(workers), *(["--processes"] if processes else [])],
-        check=True, capture_output=True, text=True,
+        capture_output=True, text=True,
     )
+    if out.returncode != 0:
+        raise SystemExit(f"the rewrite into {target} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
