@@ -340,7 +340,7 @@ def test_pause_stops_a_running_backfill_and_resume_completes_it(ots_instance):
     thread.start()
     while getattr(machine.load(client, TARGET.name), "phase", None) != machine.BACKFILL:
         time.sleep(0.05)
-    machine.save(client, machine.load(client, TARGET.name), phase=machine.PAUSED)
+    machine.request(client, TARGET.name, machine.PAUSED)
     thread.join(120)
     assert failure and isinstance(failure[0], machine.Interrupted)
     paused = machine.load(client, TARGET.name)

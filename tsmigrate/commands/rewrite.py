@@ -116,7 +116,7 @@ def pause(table, project, target_name, endpoint, instance):
         if rewrite.phase not in machine.RUNNING_PHASES:
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}; "
                                        "only a running rewrite can be paused")
-        paused = machine.save(client, rewrite, phase=machine.PAUSED)
+        paused = machine.request(client, rewrite.target, machine.PAUSED)
     console.print(f"{paused.target}: paused in {paused.resume_to}. "
                   f"Next: tsmigrate rewrite resume {paused.target}")
 

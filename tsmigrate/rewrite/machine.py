@@ -236,6 +236,20 @@ def _landed(client: Any, target: str, write: str) -> bool:
     return current is not None and current.get("write") == write
 
 
+def request(client: Any, target: str, phase: str, attempts: int = 20) -> Rewrite:
+    """Move the rewrite into ``target`` to ``phase`` from another process (pause): the process
+    running it saves its row often, so a lost compare-and-swap is read again and retried."""
+    for _attempt in range(attempts):
+        current = load(client, target)
+        if current is None:
+            raise RewriteError(f"no rewrite into {target}")
+        try:
+            return save(client, current, phase=phase)
+        except RewriteConflict:
+            time.sleep(0.05)
+    raise RewriteConflict(f"the rewrite into {target} kept changing; try again")
+
+
 def refresh(client: Any, rewrite: Rewrite) -> Rewrite:
     current = load(client, rewrite.target)
     if current is None:
