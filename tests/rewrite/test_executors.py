@@ -111,3 +111,29 @@ def test_a_row_the_transform_rejects_stops_the_backfill_naming_it_and_a_rerun_co
     result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))
     assert result.rows == 1500
     assert _same(client, job)
+
+
+def test_a_stopped_backfill_stops_its_running_splits_after_their_page(ots_instance, monkeypatch) -> None:
+    spec, job, client = rt.setup(ots_instance, 3000)
+    monkeypatch.setattr("tsmigrate.rewrite.copy.PAGE_ROWS", 100)
+    monkeypatch.setattr("tsmigrate.rewrite.copy.FIRST_PAGE_ROWS", 100)
+    ranges = splits.plan(client, job.id, job.source, workers=1)
+
+    class Paused(Exception):
+        pass
+
+    def pause(progress) -> None:
+        if progress.rows > 0:
+            raise Paused
+
+    executor = InProcessExecutor(workers=2)
+    with pytest.raises(Paused):
+        run_backfill(spec, job, ranges, executor, pause, poll_s=0.01)
+    executor.close()  # waits for the running tasks: they stop at their next page, not their end
+    states = checkpoints.list_splits(client, job.id)
+    assert sum(s.rows for s in states) < 3000
+    assert any(s.status == checkpoints.RUNNING for s in states)
+    assert checkpoints.stop_requested(client, job.id)
+    result = run_backfill(spec, job, ranges, InProcessExecutor(workers=2))  # resumed: the flag is cleared
+    assert result.rows == 3000 and not checkpoints.stop_requested(client, job.id)
+    assert _same(client, job)

@@ -22,6 +22,7 @@ from tsmigrate import adapter
 from tsmigrate.state import STATE_TABLE
 
 KIND = "rewrite-split"
+STOP_KIND = "rewrite-stop"  # ("rewrite-stop", job id): split tasks stop at their next page
 RUNNING, DONE = "running", "done"
 PENDING = "pending"  # no row yet
 
@@ -104,3 +105,22 @@ def clear(client: OTSClient, job_id: str) -> None:
     """Forget the job's split checkpoints (abort)."""
     for checkpoint in list_splits(client, job_id):
         adapter.delete_row(client, STATE_TABLE, _key(job_id, checkpoint.index))
+    clear_stop(client, job_id)
+
+
+# -- stopping the split tasks -------------------------------------------------------------------
+
+
+def request_stop(client: OTSClient, job_id: str) -> None:
+    """Ask every running split task of the job (threads, processes, Dask workers) to stop after
+    the page it is writing; their checkpoints keep where they were."""
+    key = [("kind", STOP_KIND), ("id", job_id)]
+    adapter.put_row(client, STATE_TABLE, key, {"at_ms": int(time.time() * 1000)})
+
+
+def clear_stop(client: OTSClient, job_id: str) -> None:
+    adapter.delete_row(client, STATE_TABLE, [("kind", STOP_KIND), ("id", job_id)])
+
+
+def stop_requested(client: OTSClient, job_id: str) -> bool:
+    return adapter.get_row(client, STATE_TABLE, [("kind", STOP_KIND), ("id", job_id)]) is not None

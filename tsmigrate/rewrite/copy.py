@@ -35,6 +35,7 @@ class SplitResult:
     bytes: int
     digest: int
     resumed: bool  # started from a checkpoint a previous run left
+    stopped: bool = False  # left before the split's end because the backfill was stopped
 
 
 def versions(job: RewriteJob) -> int:
@@ -68,7 +69,8 @@ def copy_split(
     limiter: RateLimiter | None = None,
     on_page: Callable[[SplitCheckpoint], None] | None = None,
 ) -> SplitResult:
-    """Copy ``split`` from its checkpoint to its end; returns the split's totals."""
+    """Copy ``split`` from its checkpoint to its end (or, when the backfill is stopped, to the
+    end of the page being written); returns the split's totals."""
     client = client or spec.client()
     raw = RawClient(client)
     transform = build(job)
@@ -105,6 +107,8 @@ def copy_split(
                     on_page(state)
                 if following is None:
                     break
+                if checkpoints.stop_requested(client, job.id):  # one read per page
+                    return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed, True)
     return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed)
 
 

@@ -175,8 +175,11 @@ def run_backfill(
     poll_s: float = POLL_S,
 ) -> BackfillResult:
     """Copy every split not done yet, ``executor.concurrency`` at a time, calling ``progress``
-    about every ``poll_s`` seconds; returns once all are done (a failed task raises)."""
+    about every ``poll_s`` seconds; returns once all are done. When a task fails or ``progress``
+    raises (a pause, say), the running tasks are asked to stop after their current page, and the
+    error propagates: the checkpoints keep where every split was."""
     client = spec.client()
+    checkpoints.clear_stop(client, job.id)
     started = time.monotonic()
     known = {s.index: s for s in checkpoints.list_splits(client, job.id)}
     rows_before = sum(s.rows for s in known.values())
@@ -205,9 +208,16 @@ def run_backfill(
                     break
             if progress is not None:
                 progress(_progress(client, job, splits, started, rows_before))
+    except BaseException:
+        checkpoints.request_stop(client, job.id)
+        raise
     finally:
         for handle in handles:
             handle.cancel()
+    if any(r.stopped for r in results.values()):
+        raise TsmigrateError(
+            "the backfill was stopped; run the rewrite again to continue from its checkpoints"
+        )
     ordered = tuple(results[s.index] for s in splits)
     return BackfillResult(
         rows=sum(r.rows for r in ordered),
