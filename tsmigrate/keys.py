@@ -345,6 +345,10 @@ class Descending:
             )
         return self.ceiling - value
 
+    def flip(self, value: int) -> int:
+        """``ceiling - value``: a key from a value, and a value from a key (range bounds)."""
+        return self.ceiling - value
+
     def invert(self, key: Any) -> dict[str, Any]:
         """The source value of a key (``ceiling - key``), refused when outside 0..ceiling."""
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= self.ceiling:
