@@ -59,7 +59,6 @@ class WriteStats:
     rows: int = 0
     requests: int = 0
     retried_rows: int = 0
-    throttled: int = 0
 
 
 class BatchWriter:
