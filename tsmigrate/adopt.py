@@ -30,6 +30,8 @@ def _attribute(name: str, taken: set[str]) -> tuple[str, str]:
     attr = name
     if keyword.iskeyword(attr) or attr in RESERVED_NAMES or attr.startswith("__"):
         attr = f"{attr.strip('_')}_col" if attr.strip("_") else "col"
+    if attr[0].isdigit():  # "__3" stripped: an identifier cannot start with a digit
+        attr = f"col_{attr}"
     while attr in taken:
         attr += "_"
     taken.add(attr)

@@ -5,13 +5,16 @@
   instance or other models, or when the live schema is no longer the one it was made from. A
   live schema equal to a state *inside* the plan (an earlier apply of it died midway) resumes
   from there.
-- Nothing destructive runs without ``allow_destructive``; rewrites wait for the rewrite engine.
+- Nothing destructive runs without ``allow_destructive``.
+- A ``rewrite_table`` step runs the rewrite engine (``tsmigrate.rewrite``) to ``ready``; a rewrite
+  a crash left unfinished is continued from its state, not planned again.
 - Every step is recorded in the history, executed, then waited on until the live table looks as
   the plan predicted; a crash leaves a state that the next apply plans from.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -25,6 +28,9 @@ from tsmigrate.planfile import check_plan_document, planned_steps, resume_point,
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
 
+RENEW_EVERY_S = 30.0  # apply's lock lease is renewed this often while a rewrite runs
+
+
 # --- apply ---------------------------------------------------------------------------------------
 
 
@@ -33,16 +39,43 @@ class Outcome:
     plan: Plan
     executed: int
     note: str = ""
+    rewrites: tuple[Any, ...] = ()  # the rewrites this apply took to ready (machine.Rewrite)
 
 
 Progress = Callable[[int, int, ops.Step], None]
 
 
+def _remembered(models: Catalog, live: Catalog, plan: Plan) -> Catalog:
+    """What to save as the catalog last applied: the models, plus the live tables no model
+    declares any more and the plan did not drop (a table being rewritten keeps its key
+    derivations, which the rewrite needs and the service cannot report)."""
+    dropped = {s.table for s in plan.steps if isinstance(s, ops.DropTable)}
+    declared = {t.name for t in models.tables}
+    kept = [t for t in live.tables if t.name not in declared and t.name not in dropped]
+    return Catalog(tables=[*models.tables, *kept])
+
+
+def _renewing(state: State, report: Callable[[str, dict[str, Any]], None]
+              ) -> Callable[[str, dict[str, Any]], None]:
+    """A rewrite's progress callback that also renews apply's lock lease while it runs."""
+    last = [time.monotonic()]
+
+    def wrapped(event: str, data: dict[str, Any]) -> None:
+        if time.monotonic() - last[0] > RENEW_EVERY_S:
+            state.renew()
+            last[0] = time.monotonic()
+        report(event, data)
+
+    return wrapped
+
+
 def live_catalog(client: Any) -> Catalog:
     """The live instance as IR (tsmigrate's own table left out), with the key derivations
     tsmigrate recorded when it last applied."""
+    from tsmigrate.rewrite.planned import mask_live
+
     live = adapter.inspect(client, exclude=(STATE_TABLE,))
-    return with_known_derivations(live, State(client).applied_catalog())
+    return mask_live(client, with_known_derivations(live, State(client).applied_catalog()))
 
 
 def apply(
@@ -56,8 +89,12 @@ def apply(
     confirm: Callable[[Plan], bool] = lambda plan: True,
     progress: Progress | None = None,
     now: datetime | None = None,
+    rewrite_settings: Any = None,
 ) -> Outcome:
     """``now``: the time table families plan their months for (default: the current time)."""
+    from tsmigrate.rewrite import planned
+
+    settings = rewrite_settings or planned.RewriteSettings()
     if document is not None:
         check_plan_document(document, target_identity, models)
         planned_prune = document["options"]["prune"]
@@ -87,39 +124,44 @@ def apply(
             raise ApplyRefused(
                 f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
             )
-        rewrites = [s for s in plan.steps if isinstance(s, ops.RewriteTable)]
-        if rewrites:
-            raise ApplyRefused(
-                f"{rewrites[0].summary()} needs the rewrite engine, which this version does not "
-                "include yet; nothing was changed"
-            )
-        unsupported = [s for s in plan.steps if not adapter.can_execute(s)]
+        unsupported = [s for s in plan.steps
+                       if not adapter.can_execute(s) and not isinstance(s, ops.RewriteTable)]
         if unsupported:
             raise ApplyRefused(
                 f"{unsupported[0].summary()} needs an API this version cannot call yet; "
                 "nothing was changed"
             )
+        settings = attrs.evolve(settings, report=_renewing(state, settings.report))
+        continued = planned.pending(client, live, models)
         if not plan.has_changes:
-            state.save_catalog(models)
-            return Outcome(plan, 0, note)
+            state.save_catalog(_remembered(models, live, plan))
+            ready = tuple(planned.run(client, r.target, settings) for r in continued)
+            return Outcome(plan, 0, note, ready)
         if not confirm(plan):
             raise ApplyRefused("apply cancelled; nothing was changed")
         predicted = physical(live)
+        ready = []
         for number, step in enumerate(plan.steps, 1):
             if progress is not None:
                 progress(number, len(plan.steps), step)
             state.renew()
             state.record(step, "started", plan_id=plan_id)
             try:
-                predicted = ops.transform(predicted, step)
-                adapter.execute(client, step, predicted.table(step.table))
-                if not adapter.settle(client, step.table, predicted.table(step.table)):
-                    raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
+                if isinstance(step, ops.RewriteTable):
+                    # Rows move, the schema does not: the rewrite's own phases replace settling.
+                    planned.start(client, live, models, step)
+                    ready.append(planned.run(client, step.table, settings))
+                else:
+                    predicted = ops.transform(predicted, step)
+                    adapter.execute(client, step, predicted.table(step.table))
+                    if not adapter.settle(client, step.table, predicted.table(step.table)):
+                        raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
             except Exception as exc:
                 state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
                 raise
             state.record(step, "done", plan_id=plan_id)
-        state.save_catalog(models)
-        return Outcome(plan, len(plan.steps), note)
+        ready += [planned.run(client, r.target, settings) for r in continued]
+        state.save_catalog(_remembered(models, live, plan))
+        return Outcome(plan, len(plan.steps), note, tuple(ready))
     finally:
         state.release()

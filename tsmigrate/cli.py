@@ -15,6 +15,7 @@ from tsmigrate.commands.apply import apply_command
 from tsmigrate.commands.inspect import inspect_command
 from tsmigrate.commands.plan import plan
 from tsmigrate.commands.restore import restore
+from tsmigrate.commands.rewrite import rewrite
 from tsmigrate.commands.schema import lint, show, validate
 from tsmigrate.local.cli import local
 
@@ -27,7 +28,7 @@ def main() -> None:
     logging.getLogger("tablestore").setLevel(logging.ERROR)
 
 
-for command in (validate, show, lint, plan, apply_command, inspect_command, restore, local):
+for command in (validate, show, lint, plan, apply_command, inspect_command, restore, rewrite, local):
     main.add_command(command)
 
 

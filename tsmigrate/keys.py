@@ -11,6 +11,11 @@ The derivations follow Tablestore's primary-key design guidance:
   that sorts below every data character, so the string order equals the order of the tuples.
 - ``TimeBucket``: ``value mod N`` as a leading key column, to spread a time-ordered write load.
 - ``Descending``: ``ceiling - value``, so a forward range read returns the newest first.
+
+``invert(key)`` gives back the source values a key was built from (the rewrite engine reads old
+keys with it): strip the hash prefix, split the concatenation and drop its padding, undo the
+descending order. A time bucket cannot be inverted (``invertible`` is False); it is recomputed
+from its source, which the row keeps elsewhere.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class HashPrefix:
 
     kind: ClassVar[str] = "hash_prefix"
     output_type: ClassVar[str] = "STRING"
+    invertible: ClassVar[bool] = True
 
     source: str = attrs.field(validator=_NAME)
     length: int = attrs.field(default=4, validator=_WHOLE)
@@ -111,6 +117,20 @@ class HashPrefix:
         text = _text(_require(values, self.source, "HashPrefix"), "HashPrefix", self.source)
         digest = hashlib.md5(text.encode()).hexdigest()[: self.length]
         return f"{digest}{self.sep}{text}"
+
+    def invert(self, key: Any) -> dict[str, Any]:
+        """The source value a key was built from (as text: an integer source comes back as its
+        digits; the caller knows the column's type). A key whose prefix is not the hash of the
+        rest was not built by this derivation, and is refused."""
+        if not isinstance(key, str):
+            raise KeyDerivationError(f"HashPrefix: key {key!r} is not a string")
+        head = self.length + len(self.sep)
+        text = key[head:]
+        if len(key) < head or key[self.length : head] != self.sep or key != self.derive({self.source: text}):
+            raise KeyDerivationError(
+                f"HashPrefix: {key!r} is not md5({self.source})[:{self.length}] + {self.sep!r} + value"
+            )
+        return {self.source: text}
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source, "length": self.length, "sep": self.sep}
@@ -138,6 +158,7 @@ class Concat:
 
     kind: ClassVar[str] = "concat"
     output_type: ClassVar[str] = "STRING"
+    invertible: ClassVar[bool] = True
 
     fields: tuple[str, ...] = attrs.field(converter=_field_names)
     sep: str = attrs.field(default=",", validator=_TEXT)
@@ -220,12 +241,28 @@ class Concat:
         )
 
     def split(self, key: str) -> dict[str, Any]:
-        """The inverse of derive: the field values a key was built from."""
+        """The inverse of derive: the field values a key was built from, padding dropped from
+        the integers. A key this derivation could not have built is refused."""
+        if not isinstance(key, str):
+            raise KeyDerivationError(f"Concat: key {key!r} is not a string")
         parts = key.split(self.sep)
         if len(parts) != len(self.fields):
             raise KeyDerivationError(f"Concat: {key!r} does not have {len(self.fields)} parts")
         widths = dict(self.pad)
-        return {f: int(p) if f in widths else p for f, p in zip(self.fields, parts, strict=True)}
+        values: dict[str, Any] = {}
+        for field, part in zip(self.fields, parts, strict=True):
+            if field not in widths:
+                values[field] = part
+            elif len(part) == widths[field] and part.isascii() and part.isdigit():
+                values[field] = int(part)
+            else:
+                raise KeyDerivationError(
+                    f"Concat: part {part!r} of {key!r} is not {field!r} zero-padded to {widths[field]} digits"
+                )
+        return values
+
+    def invert(self, key: Any) -> dict[str, Any]:
+        return self.split(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -243,6 +280,7 @@ class TimeBucket:
 
     kind: ClassVar[str] = "time_bucket"
     output_type: ClassVar[str] = "INTEGER"
+    invertible: ClassVar[bool] = False
 
     source: str = attrs.field(validator=_NAME)
     buckets: int = attrs.field(default=16, validator=_WHOLE)
@@ -266,6 +304,13 @@ class TimeBucket:
         """Every bucket a reader must query and merge."""
         return range(self.buckets)
 
+    def invert(self, key: Any) -> dict[str, Any]:
+        """A bucket does not tell its source value: it is recomputed from the source, which
+        must be kept elsewhere in the row (another key column or an attribute)."""
+        raise KeyDerivationError(
+            f"TimeBucket: bucket {key!r} does not tell {self.source!r}; the row must keep {self.source!r}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source, "buckets": self.buckets}
 
@@ -276,6 +321,7 @@ class Descending:
 
     kind: ClassVar[str] = "descending"
     output_type: ClassVar[str] = "INTEGER"
+    invertible: ClassVar[bool] = True
 
     source: str = attrs.field(validator=_NAME)
     ceiling: int = attrs.field(default=INT64_MAX, validator=_WHOLE)
@@ -299,8 +345,15 @@ class Descending:
             )
         return self.ceiling - value
 
-    def invert(self, key: int) -> int:
-        return self.ceiling - key
+    def flip(self, value: int) -> int:
+        """``ceiling - value``: a key from a value, and a value from a key (range bounds)."""
+        return self.ceiling - value
+
+    def invert(self, key: Any) -> dict[str, Any]:
+        """The source value of a key (``ceiling - key``), refused when outside 0..ceiling."""
+        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= self.ceiling:
+            raise KeyDerivationError(f"Descending: key {key!r} is outside 0..{self.ceiling}")
+        return {self.source: self.ceiling - key}
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source, "ceiling": self.ceiling}

@@ -381,6 +381,28 @@ class UpdateStream(Step):
 
 
 @attrs.frozen
+class RewriteCost:
+    """What a rewrite will copy, from the source's split points (ComputeSplitPointsBySize: within
+    one split unit), and how long that takes at ``rate_mb_s``."""
+
+    bytes: int
+    splits: int
+    rate_mb_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.bytes / (self.rate_mb_s * 1024 * 1024)
+
+    def text(self) -> str:
+        size = self.bytes / (1024 * 1024)
+        size_text = f"{size / 1024:,.1f} GB" if size >= 1024 else f"{size:,.1f} MB"
+        minutes = self.seconds / 60
+        time_text = f"{minutes / 60:,.1f} h" if minutes >= 90 else f"{max(minutes, 0.1):,.1f} min"
+        return (f"about {size_text} in {self.splits} split{'s' if self.splits != 1 else ''}: "
+                f"about {time_text} at {self.rate_mb_s:g} MB/s")
+
+
+@attrs.frozen
 class RewriteTable(Step):
     """Copy every row of ``source`` into the new table, deriving the new key, then cut over."""
 
@@ -389,6 +411,8 @@ class RewriteTable(Step):
 
     source: str
     key_change: str
+    # Estimated by plan from the live source (not part of the step's identity).
+    cost: RewriteCost | None = attrs.field(default=None, eq=False)
 
     @property
     def risk(self) -> str:
@@ -396,10 +420,11 @@ class RewriteTable(Step):
 
     @property
     def reason(self) -> str:
+        cost = f"; {self.cost.text()}" if self.cost is not None else ""
         return (
             f"Tablestore cannot change a primary key in place ({self.key_change}): rows of "
             f"{self.source} are copied into {self.table} with their keys rebuilt, changes made "
-            "meanwhile are captured, the copy is verified, then services cut over"
+            f"meanwhile are captured, the copy is verified, then services cut over{cost}"
         )
 
     def summary(self) -> str:

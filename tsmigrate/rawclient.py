@@ -43,6 +43,16 @@ ACTIONS = {pb.PUT_ROW: "put", pb.UPDATE_ROW: "update", pb.DELETE_ROW: "delete"}
 class StreamRecord:
     action: str  # put / update / delete
     row: plainbuffer.Row
+    # The row's origin columns before the write (StreamSpecification columns_to_get); None when
+    # the row did not exist or the stream carries no origin columns.
+    origin: plainbuffer.Row | None = None
+
+
+@attrs.frozen
+class Shard:
+    shard_id: str
+    parent_id: str | None = None
+    parent_sibling_id: str | None = None
 
 
 @attrs.frozen
@@ -110,12 +120,26 @@ class RawClient:
         return self.call("DescribeTable", pb.DescribeTableRequest(table_name=table),
                          pb.DescribeTableResponse)
 
-    def update_stream(self, table: str, enabled: bool, expiration_hours: int | None = None) -> Any:
+    def update_stream(
+        self, table: str, enabled: bool, expiration_hours: int | None = None,
+        origin_columns: Sequence[str] = (),
+    ) -> Any:
+        """Enable or disable ``table``'s stream; ``origin_columns``: columns whose values before
+        each write the records carry (``columns_to_get``, see ``StreamRecord.origin``)."""
         request = pb.UpdateTableRequest(table_name=table)
         request.stream_spec.enable_stream = enabled
         if enabled and expiration_hours is not None:
             request.stream_spec.expiration_time = expiration_hours
+        if enabled and origin_columns:
+            extra = table_protocol.StreamSpecificationOrigin(columns_to_get=list(origin_columns))
+            request.stream_spec.MergeFromString(extra.SerializeToString())
         return self.call("UpdateTable", request, pb.UpdateTableResponse).stream_details
+
+    @staticmethod
+    def origin_columns(stream_details: Any) -> list[str]:
+        """The ``columns_to_get`` of a StreamDetails (a field the SDK's proto lacks)."""
+        extra = table_protocol.StreamDetailsOrigin.FromString(stream_details.SerializeToString())
+        return list(extra.columns_to_get)
 
     def add_defined_columns(self, table: str, columns: Sequence[tuple[str, str]]) -> None:
         request = table_protocol.AddDefinedColumnRequest(table_name=table)
@@ -156,13 +180,22 @@ class RawClient:
         return [(s.stream_id, s.table_name, s.creation_time) for s in response.streams]
 
     def shards(self, stream_id: str) -> list[str]:
-        shards, start = [], None
+        return [shard.shard_id for shard in self.describe_shards(stream_id)]
+
+    def describe_shards(self, stream_id: str) -> list[Shard]:
+        """Every shard of the stream with its parents (a split has a parent, a merge two)."""
+        shards: list[Shard] = []
+        start = None
         while True:
             request = pb.DescribeStreamRequest(stream_id=stream_id)
             if start is not None:
                 request.inclusive_start_shard_id = start
             response = self.call("DescribeStream", request, pb.DescribeStreamResponse)
-            shards += [s.shard_id for s in response.shards]
+            shards += [
+                Shard(s.shard_id, s.parent_id if s.HasField("parent_id") else None,
+                      s.parent_sibling_id if s.HasField("parent_sibling_id") else None)
+                for s in response.shards
+            ]
             if not response.HasField("next_shard_id"):
                 return shards
             start = response.next_shard_id
@@ -179,10 +212,13 @@ class RawClient:
         if limit is not None:
             request.limit = limit
         response = self.call("GetStreamRecord", request, pb.GetStreamRecordResponse)
-        records = [
-            StreamRecord(ACTIONS[r.action_type], plainbuffer.decode_row(r.record))
-            for r in response.stream_records
-        ]
+        records = []
+        for r in response.stream_records:
+            origin = table_protocol.StreamRecordOrigin.FromString(r.SerializeToString())
+            records.append(StreamRecord(
+                ACTIONS[r.action_type], plainbuffer.decode_row(r.record),
+                plainbuffer.decode_row(origin.origin_record) if origin.HasField("origin_record") else None,
+            ))
         following = response.next_shard_iterator if response.HasField("next_shard_iterator") else None
         return records, following
 

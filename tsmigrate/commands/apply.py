@@ -30,9 +30,15 @@ from tsmigrate.commands.common import (
               help="Allow steps that lose data, versions, indexes or stream records.")
 @click.option("--prune", is_flag=True, help="Also drop tables that no model declares (with --plan: "
               "as the plan file says).")
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Parallel split tasks of a rewrite's backfill.")
+@click.option("--dask", metavar="ADDRESS",
+              help="Run a rewrite's split tasks on this Dask scheduler (tcp://host:8786).")
+@click.option("--max-rows-per-s", type=click.FloatRange(min=1), default=None,
+              help="Throttle a rewrite's backfill writes.")
 @reports_errors
 def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
-                  allow_destructive, prune):
+                  allow_destructive, prune, workers, dask, max_rows_per_s):
     """Change the target to match the models (takes a lock, records history)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -40,6 +46,9 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     from tsmigrate.apply import ApplyRefused, apply
     from tsmigrate.planfile import read_plan_file
     from tsmigrate.planrender import plan_text
+    from tsmigrate.rewrite import driver
+    from tsmigrate.rewrite.planned import RewriteSettings
+    from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
     from tsmigrate.target import connect, resolve_target
 
     proj, catalog = load_catalog(project, models)
@@ -65,13 +74,26 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         def progress(number, total, step) -> None:
             bar.update(task, total=total, completed=number - 1, description=step.summary()[:60])
 
+        rewrite_progress = ApplyProgress(err_console)
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
-            outcome = apply(client, catalog, target_identity=target.identity, document=document,
-                            allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                            progress=progress)
+            settings = RewriteSettings(
+                spec=driver.spec_of(client, local_defaults=target.embedded),
+                options=driver.RunOptions(workers, dask, max_rows_per_s),
+                report=rewrite_progress,
+            )
+            try:
+                outcome = apply(client, catalog, target_identity=target.identity, document=document,
+                                allow_destructive=allow_destructive, prune=prune, confirm=confirm,
+                                progress=progress, rewrite_settings=settings)
+            finally:
+                rewrite_progress.close()
     if outcome.note:
         console.print(f"[dim]{outcome.note}[/]")
     if outcome.executed:
         console.print(f"[bold green]Applied {outcome.executed} step(s).[/]")
-    else:
+    elif not outcome.rewrites:
         console.print("[bold green]No changes.[/] The instance matches the models.")
+    for rewrite in outcome.rewrites:
+        console.print(f"[bold]rewrite {rewrite.source} -> {rewrite.target}: {rewrite.phase}[/] "
+                      "(copied, capturing changes, verified).")
+        console.print(f"Next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)}")

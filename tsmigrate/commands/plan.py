@@ -19,6 +19,16 @@ from tsmigrate.commands.common import (
 )
 
 
+def _with_rewrite_costs(project, target, result):
+    """Estimate what each rewrite_table step copies (split points of the live source)."""
+    from tsmigrate import adapter
+    from tsmigrate.rewrite.cost import with_costs
+    from tsmigrate.target import connect
+
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return with_costs(client, result)
+
+
 @click.command()
 @models_option
 @project_option
@@ -41,8 +51,12 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune)
     if out is not None:
+        # The file holds the steps apply will plan again (a rewrite's cost is an estimate shown
+        # to the reader, not part of the step apply compares).
         document = plan_document(result, target.identity, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if any(step.kind == "rewrite_table" for step in result.steps):
+        result = _with_rewrite_costs(proj, target, result)
     if fmt == "json":
         click.echo(plan_json(result), nl=False)
     elif fmt == "markdown":

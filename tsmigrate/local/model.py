@@ -56,6 +56,7 @@ class TableInfo:
     stream_expiration: int | None = None
     stream_id: str | None = None
     stream_last_enable_time: int | None = None
+    stream_columns: list[str] = field(default_factory=list)  # origin columns records carry
     sse_enabled: bool = False
     sse_key_type: int | None = None
     sse_key_id: str | None = None  # bytes on the wire, kept as latin-1 text

@@ -2,7 +2,18 @@
 GetShardIterator, GetStreamRecord (the SDK's `table_store.proto` messages).
 
 The stream specification itself lives on the table (`tables.py`: CreateTable / UpdateTable
-validate it, DescribeTable / UpdateTable return `stream_details`). A stream has one shard.
+validate it, DescribeTable / UpdateTable return `stream_details`).
+
+Shards: a stream starts with one shard covering every key. `split_shard` and `merge_shards` (test
+knobs standing in for the service's partition splits and merges) close shards and open children
+(`StreamShard.parent_id`, and `parent_sibling_id` for a merge); a record goes to the open shard
+whose hash range holds its primary key. A closed shard is read to its end, then
+GetStreamRecord returns no next iterator; readers must finish parents before their children.
+
+Origin columns (`StreamSpecification.columns_to_get`, newer than the Python SDK's proto, see
+`table_protocol.py`): each record of a row that existed before the write carries
+`origin_record`, a PlainBuffer row with the primary key and the newest version of each of those
+columns as they were before the write.
 
 Every mutation of a stream-enabled table appends one record, in the service's format
 `GetStreamRecordResponse.StreamRecord{action_type, record}`, `record` being one PlainBuffer row
@@ -40,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.local import table_protocol
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.plainbuffer import HEADER, assemble_row, crc8_bytes, encode_cell
@@ -61,7 +73,16 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS stream_trims (stream_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)"
     " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS stream_keys (name TEXT PRIMARY KEY, key BLOB NOT NULL) WITHOUT ROWID",
+    # Shards once a stream was split or merged (before that: one implicit root shard).
+    # [lo, hi) is the range of key hashes the shard takes while open; closed_seq its last record.
+    "CREATE TABLE IF NOT EXISTS stream_shards (stream_id TEXT NOT NULL, shard_id TEXT NOT NULL,"
+    " parent_id TEXT, parent_sibling_id TEXT, lo INTEGER NOT NULL, hi INTEGER NOT NULL,"
+    " closed_seq INTEGER, PRIMARY KEY (stream_id, shard_id)) WITHOUT ROWID",
 )
+# Columns added to stream_records after its first version (data directories made before keep
+# working: their records belong to the root shard).
+_ADDED_COLUMNS = (("shard", "TEXT"), ("origin", "BLOB"))
+HASH_SPACE = 2**32
 _ACTIONS = {pb.PUT: pb.PUT_ROW, pb.UPDATE: pb.UPDATE_ROW, pb.DELETE: pb.DELETE_ROW}
 _pack_len = struct.Struct("<i").pack
 _pack_ts = struct.Struct("<q").pack
@@ -83,6 +104,18 @@ def install(server: LocalServer) -> None:
     with storage.transaction():
         for statement in _SCHEMA:
             storage.execute(statement)
+        have = {row[1] for row in storage.execute("PRAGMA table_info(stream_records)").fetchall()}
+        for name, kind in _ADDED_COLUMNS:
+            if name not in have:
+                storage.execute(f"ALTER TABLE stream_records ADD COLUMN {name} {kind}")
+        for (stream_id,) in storage.execute(
+            "SELECT DISTINCT stream_id FROM stream_records WHERE shard IS NULL"
+        ).fetchall():
+            storage.execute("UPDATE stream_records SET shard = ? WHERE stream_id = ? AND shard IS NULL",
+                            (_shard_id(stream_id), stream_id))
+        storage.execute(
+            "CREATE INDEX IF NOT EXISTS stream_records_shard ON stream_records (stream_id, shard, seq)"
+        )
         if storage.execute("SELECT 1 FROM stream_keys WHERE name = 'iterator'").fetchone() is None:
             storage.execute(
                 "INSERT INTO stream_keys (name, key) VALUES ('iterator', ?)", (os.urandom(32),)
@@ -95,6 +128,7 @@ def drop_records(storage: Storage, stream_id: str | None) -> None:
     if stream_id is not None:
         storage.execute("DELETE FROM stream_records WHERE stream_id = ?", (stream_id,))
         storage.execute("DELETE FROM stream_trims WHERE stream_id = ?", (stream_id,))
+        storage.execute("DELETE FROM stream_shards WHERE stream_id = ?", (stream_id,))
 
 
 # -- the change log ------------------------------------------------------------------------------
@@ -109,9 +143,17 @@ def _log_mutation(
         return
     cells = [_record_cell(name, value, op, ts) for name, value, op, ts in change.cells]
     record = HEADER + assemble_row(row.pk, row.pkc, cells, delete_marker=change.op == pb.DELETE)
+    origin = None
+    if table.stream_columns and old is not None:
+        before = old.data[1]
+        kept = [(before[name][0][2], before[name][0][3]) for name in table.stream_columns
+                if name in before]
+        origin = HEADER + assemble_row(old.pk, old.pkc, kept)
     cursor = ctx.storage.execute(
-        "INSERT INTO stream_records (stream_id, ts, action, record) VALUES (?, ?, ?, ?)",
-        (table.stream_id, ctx.now_ms, _ACTIONS[change.op], record),
+        "INSERT INTO stream_records (stream_id, ts, action, record, shard, origin)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (table.stream_id, ctx.now_ms, _ACTIONS[change.op], record,
+         _route(ctx.storage, table.stream_id, row.pk), origin),
     )
     if (cursor.lastrowid or 0) % TRIM_EVERY == 0:
         _trim(ctx, table)
@@ -162,6 +204,103 @@ def _shard_id(stream_id: str) -> str:
     return hashlib.sha256(stream_id.encode()).hexdigest()[:16]
 
 
+def _key_hash(pk: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(pk).digest()[:4], "big")
+
+
+def _shards(storage: Storage, stream_id: str) -> list[dict[str, Any]]:
+    """Every shard of the stream, closed ones included, by shard id."""
+    rows = storage.execute(
+        "SELECT shard_id, parent_id, parent_sibling_id, lo, hi, closed_seq FROM stream_shards"
+        " WHERE stream_id = ? ORDER BY shard_id", (stream_id,),
+    ).fetchall()
+    if not rows:
+        return [{"shard_id": _shard_id(stream_id), "parent_id": None, "parent_sibling_id": None,
+                 "lo": 0, "hi": HASH_SPACE, "closed_seq": None}]
+    names = ("shard_id", "parent_id", "parent_sibling_id", "lo", "hi", "closed_seq")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _route(storage: Storage, stream_id: str, pk: bytes) -> str:
+    """The open shard a record of this primary key goes to."""
+    split = storage.execute(
+        "SELECT 1 FROM stream_shards WHERE stream_id = ? LIMIT 1", (stream_id,)
+    ).fetchone()
+    if split is None:
+        return _shard_id(stream_id)
+    point = _key_hash(pk)
+    row = storage.execute(
+        "SELECT shard_id FROM stream_shards WHERE stream_id = ? AND closed_seq IS NULL"
+        " AND lo <= ? AND ? < hi", (stream_id, point, point),
+    ).fetchone()
+    return str(row[0])
+
+
+def _close(storage: Storage, stream_id: str, shard: dict[str, Any]) -> None:
+    (last,) = storage.execute(
+        "SELECT coalesce(max(seq), 0) FROM stream_records WHERE stream_id = ?", (stream_id,)
+    ).fetchone()
+    storage.execute(
+        "INSERT INTO stream_shards (stream_id, shard_id, parent_id, parent_sibling_id, lo, hi,"
+        " closed_seq) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream_id, shard_id)"
+        " DO UPDATE SET closed_seq = excluded.closed_seq",
+        (stream_id, shard["shard_id"], shard["parent_id"], shard["parent_sibling_id"],
+         shard["lo"], shard["hi"], last),
+    )
+
+
+def _open(storage: Storage, stream_id: str, parent: str, sibling: str | None, lo: int, hi: int,
+          tag: str) -> str:
+    shard_id = hashlib.sha256(f"{stream_id}/{parent}/{sibling}/{tag}".encode()).hexdigest()[:16]
+    storage.execute(
+        "INSERT INTO stream_shards (stream_id, shard_id, parent_id, parent_sibling_id, lo, hi,"
+        " closed_seq) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+        (stream_id, shard_id, parent, sibling, lo, hi),
+    )
+    return shard_id
+
+
+def _stream_of(server: LocalServer, instance: str, table_name: str) -> str:
+    table = server.storage.table(instance, table_name)
+    if table is None or not table.stream_enabled or table.stream_id is None:
+        raise ValueError(f"table {table_name!r} has no enabled stream")
+    return table.stream_id
+
+
+def split_shard(server: LocalServer, instance: str, table_name: str,
+                shard_id: str | None = None) -> tuple[str, str]:
+    """Test knob: close an open shard (the first one unless named) and open two children that
+    take half of its key range each. Returns the children's ids."""
+    storage = server.storage
+    with storage.transaction():
+        stream_id = _stream_of(server, instance, table_name)
+        open_shards = [s for s in _shards(storage, stream_id) if s["closed_seq"] is None]
+        shard = next(s for s in open_shards if shard_id in (None, s["shard_id"]))
+        _close(storage, stream_id, shard)
+        middle = (shard["lo"] + shard["hi"]) // 2
+        return (
+            _open(storage, stream_id, shard["shard_id"], None, shard["lo"], middle, "left"),
+            _open(storage, stream_id, shard["shard_id"], None, middle, shard["hi"], "right"),
+        )
+
+
+def merge_shards(server: LocalServer, instance: str, table_name: str) -> str:
+    """Test knob: close the first two adjacent open shards and open one child over both ranges
+    (parent and parent sibling). Returns the child's id."""
+    storage = server.storage
+    with storage.transaction():
+        stream_id = _stream_of(server, instance, table_name)
+        open_shards = sorted((s for s in _shards(storage, stream_id) if s["closed_seq"] is None),
+                             key=lambda s: s["lo"])
+        if len(open_shards) < 2:
+            raise ValueError(f"the stream of {table_name!r} has one open shard: nothing to merge")
+        left, right = open_shards[0], open_shards[1]
+        _close(storage, stream_id, left)
+        _close(storage, stream_id, right)
+        return _open(storage, stream_id, left["shard_id"], right["shard_id"], left["lo"],
+                     right["hi"], "merge")
+
+
 def _stream_table(ctx: Context, stream_id: str) -> TableInfo | None:
     for table in ctx.storage.tables(ctx.instance):
         if table.stream_enabled and table.stream_id == stream_id:
@@ -182,14 +321,15 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _make_iterator(storage: Storage, stream_id: str, position: int) -> str:
-    payload = json.dumps({"stream": stream_id, "shard": _shard_id(stream_id), "seq": position})
+def _make_iterator(storage: Storage, stream_id: str, shard_id: str, position: int) -> str:
+    payload = json.dumps({"stream": stream_id, "shard": shard_id, "seq": position})
     mac = hmac.new(_key(storage), payload.encode(), hashlib.sha256).digest()
     return f"{_b64(payload.encode())}.{_b64(mac)}"
 
 
-def _read_iterator(storage: Storage, iterator: str) -> tuple[str, int]:
-    """(stream id, next sequence number) of a genuine iterator; anything else is an error."""
+def _read_iterator(storage: Storage, iterator: str) -> tuple[str, str, int]:
+    """(stream id, shard id, next sequence number) of a genuine iterator; anything else is an
+    error."""
     try:
         head, _, tail = iterator.partition(".")
         payload = _unb64(head)
@@ -197,7 +337,7 @@ def _read_iterator(storage: Storage, iterator: str) -> tuple[str, int]:
         if not hmac.compare_digest(mac, _unb64(tail)):
             raise _trimmed()
         data = json.loads(payload)
-        return str(data["stream"]), int(data["seq"])
+        return str(data["stream"]), str(data["shard"]), int(data["seq"])
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise _trimmed() from None
 
@@ -235,9 +375,14 @@ def describe_stream(ctx: Context, req: pb.DescribeStreamRequest) -> pb.DescribeS
         creation_time=table.stream_last_enable_time or 0,
         stream_status=pb.STREAM_ACTIVE,
     )
-    shard = _shard_id(req.stream_id)
-    if not req.HasField("inclusive_start_shard_id") or req.inclusive_start_shard_id <= shard:
-        resp.shards.add(shard_id=shard)
+    for shard in _shards(ctx.storage, req.stream_id):
+        if req.HasField("inclusive_start_shard_id") and shard["shard_id"] < req.inclusive_start_shard_id:
+            continue
+        entry = resp.shards.add(shard_id=shard["shard_id"])
+        if shard["parent_id"]:
+            entry.parent_id = shard["parent_id"]
+        if shard["parent_sibling_id"]:
+            entry.parent_sibling_id = shard["parent_sibling_id"]
     return resp
 
 
@@ -246,11 +391,11 @@ def get_shard_iterator(ctx: Context, req: pb.GetShardIteratorRequest) -> pb.GetS
         table = _stream_table(ctx, req.stream_id)
         if table is None:
             raise _stream_not_exist()
-        if req.shard_id != _shard_id(req.stream_id):
+        if req.shard_id not in {s["shard_id"] for s in _shards(ctx.storage, req.stream_id)}:
             raise OTSError(404, "OTSObjectNotExist", "Requested shard does not exist.")
         # The oldest record still kept: the first after everything trimmed.
         position = _trim(ctx, table) + 1
-        iterator = _make_iterator(ctx.storage, req.stream_id, position)
+        iterator = _make_iterator(ctx.storage, req.stream_id, req.shard_id, position)
     return pb.GetShardIteratorResponse(shard_iterator=iterator)
 
 
@@ -261,24 +406,34 @@ def get_stream_record(ctx: Context, req: pb.GetStreamRecordRequest) -> pb.GetStr
     storage = ctx.storage
     resp = pb.GetStreamRecordResponse()
     with storage.transaction():
-        stream_id, position = _read_iterator(storage, req.shard_iterator)
+        stream_id, shard_id, position = _read_iterator(storage, req.shard_iterator)
         table = _stream_table(ctx, stream_id)
         if table is None or position <= _trim(ctx, table):
             raise _trimmed()
+        shard = next((s for s in _shards(storage, stream_id) if s["shard_id"] == shard_id), None)
+        if shard is None:
+            raise _trimmed()
         rows: list[Any] = storage.execute(
-            "SELECT seq, action, record FROM stream_records WHERE stream_id = ? AND seq >= ?"
-            " ORDER BY seq LIMIT ?",
-            (stream_id, position, limit),
+            "SELECT seq, action, record, origin FROM stream_records WHERE stream_id = ?"
+            " AND shard = ? AND seq >= ? ORDER BY seq LIMIT ?",
+            (stream_id, shard_id, position, limit + 1),
         ).fetchall()
         size = 0
-        for seq, action, record in rows:
+        returned = 0
+        for seq, action, record, origin in rows[:limit]:
             if resp.stream_records and size + len(record) > MAX_RECORD_BYTES:
                 break
-            resp.stream_records.add(action_type=action, record=record)
+            entry = resp.stream_records.add(action_type=action, record=record)
+            if origin is not None:
+                extra = table_protocol.StreamRecordOrigin(origin_record=bytes(origin))
+                entry.MergeFromString(extra.SerializeToString())
             size += len(record)
             position = seq + 1
-        # The one shard stays open while the stream is enabled: there is always a next iterator.
-        resp.next_shard_iterator = _make_iterator(storage, stream_id, position)
+            returned += 1
+        # An open shard has a next iterator while the stream is enabled; a closed (split or
+        # merged) shard has none once its last record was returned.
+        if shard["closed_seq"] is None or returned < len(rows):
+            resp.next_shard_iterator = _make_iterator(storage, stream_id, shard_id, position)
     return resp
 
 

@@ -15,6 +15,15 @@ Defined here (the Python SDK has no such messages; field numbers from the Java S
 
     API names (the `/Name` of the request path): "AddDefinedColumn", "DeleteDefinedColumn".
 
+Stream fields newer than the Python SDK's proto (numbers from the Go SDK's `table_store.proto`),
+as fragments: a fragment's bytes merged into the SDK's message (``MergeFromString``) ride along
+as fields the SDK does not know, and the SDK's message re-parsed as a fragment reads them:
+
+    StreamSpecificationOrigin {columns_to_get = 3 (repeated string)}  (in StreamSpecification)
+    StreamDetailsOrigin       {columns_to_get = 5 (repeated string)}  (in StreamDetails)
+    StreamRecordOrigin        {origin_record = 3 (bytes)}  (in GetStreamRecordResponse.StreamRecord:
+                              a PlainBuffer row, the row's values of those columns before the write)
+
 Re-exported from the SDK's `table_store.proto` (same numbers as the Java proto):
 
     UpdateTableRequest{stream_spec = 4}, UpdateTableResponse{stream_details = 3},
@@ -62,6 +71,9 @@ _classes = build_messages(
         ("CreateTableLocalTxn", [
             ("enable_local_txn", 8, F.LABEL_OPTIONAL, F.TYPE_BOOL, ""),
         ]),
+        ("StreamSpecificationOrigin", [("columns_to_get", 3, F.LABEL_REPEATED, F.TYPE_STRING, "")]),
+        ("StreamDetailsOrigin", [("columns_to_get", 5, F.LABEL_REPEATED, F.TYPE_STRING, "")]),
+        ("StreamRecordOrigin", [("origin_record", 3, F.LABEL_OPTIONAL, F.TYPE_BYTES, "")]),
     ],
 )
 AddDefinedColumnRequest: Any = _classes["AddDefinedColumnRequest"]
@@ -69,6 +81,9 @@ AddDefinedColumnResponse: Any = _classes["AddDefinedColumnResponse"]
 DeleteDefinedColumnRequest: Any = _classes["DeleteDefinedColumnRequest"]
 DeleteDefinedColumnResponse: Any = _classes["DeleteDefinedColumnResponse"]
 CreateTableLocalTxn: Any = _classes["CreateTableLocalTxn"]
+StreamSpecificationOrigin: Any = _classes["StreamSpecificationOrigin"]
+StreamDetailsOrigin: Any = _classes["StreamDetailsOrigin"]
+StreamRecordOrigin: Any = _classes["StreamRecordOrigin"]
 
 DefinedColumnSchema = pb.DefinedColumnSchema
 UpdateTableRequest = pb.UpdateTableRequest

@@ -231,12 +231,16 @@ def _apply_stream(info: TableInfo, spec: pb.StreamSpecification, now: float) -> 
             info.stream_last_enable_time = int(now * 1_000_000)
         info.stream_enabled = True
         info.stream_expiration = spec.expiration_time
+        # columns_to_get: a field newer than the SDK's proto (see table_protocol.py)
+        origin = table_protocol.StreamSpecificationOrigin.FromString(spec.SerializeToString())
+        info.stream_columns = sorted(set(origin.columns_to_get))
     else:
         if spec.HasField("expiration_time"):
             raise invalid("Expiration time cannot be set when disabling stream.")
         info.stream_enabled = False
         info.stream_expiration = None
         info.stream_id = None
+        info.stream_columns = []
 
 
 def _apply_sse(info: TableInfo, spec: pb.SSESpecification) -> None:
@@ -369,6 +373,9 @@ def _fill_stream(details: pb.StreamDetails, info: TableInfo) -> None:
         details.stream_id = info.stream_id or ""
         details.expiration_time = info.stream_expiration or 0
         details.last_enable_time = info.stream_last_enable_time or 0
+        if info.stream_columns:
+            extra = table_protocol.StreamDetailsOrigin(columns_to_get=info.stream_columns)
+            details.MergeFromString(extra.SerializeToString())
 
 
 def delete_table(ctx: Context, req: pb.DeleteTableRequest) -> pb.DeleteTableResponse:

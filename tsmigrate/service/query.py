@@ -168,7 +168,7 @@ class Query:
             if isinstance(column.derive, Descending) and sources and sources[0] in ranges:
                 range_column = column
                 low, high = _stored_bounds(codec, sources[0], ranges[sources[0]])
-                flip = column.derive.invert
+                flip = column.derive.flip
                 lower = None if high is None else (flip(high[0]), high[1])
                 upper = None if low is None else (flip(low[0]), low[1])
                 reverse = not reverse  # newest-first keys: the field's order is the reverse scan

@@ -1,0 +1,335 @@
+"""The primary-key rewrite's backfill against the naive loop and the server's ceiling.
+
+A local server runs in its own process (`tsmigrate local serve --memory`). The source is the
+seeds' first SERP table, keyed by request_id alone; the rewrite keys it by (keyword, day,
+request_id), so keyword and day leave the attributes (rows of about 200 bytes, five cells).
+Measured side by side in one run, on the same rows and the same server:
+
+- rewrite: split ranges + the backfill (`run_backfill`, `--workers` in-process workers), with
+  checkpoints; run in a forked child process whose peak RSS (with its workers) is reported;
+- naive: the seeds' loop, page through get_range and put_row each transformed row (SDK);
+- ceiling: the same target rows, pre-encoded and pre-signed into BatchWriteRow requests of 200
+  rows, replayed from `--workers` parallel connections: what the server itself can take.
+
+Threads and processes are compared side by side (`--executor both`, the default), and the
+faster is the rewrite's figure. The machine may be shared: rewrite and ceiling take turns
+(`--repeat`, 3 by default) and the best of each counts; peak RSS is the largest of all runs.
+With `--latency-ms L`, a second server with L ms per request measures the rewrite with 1, 2, 4
+and 8 worker threads. The last line is:
+
+rows=N rewrite_rows_per_s=X naive_rows_per_s=Y ceiling_rows_per_s=Z vs_naive=A vs_ceiling=B peak_rss_mb=M
+
+    python bench/rewrite.py --rows 200000 [--workers 2] [--latency-ms 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import logging
+import multiprocessing
+import os
+import resource
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+logging.getLogger("tablestore").addHandler(logging.NullHandler())
+
+import tablestore as ts  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from tablestore.auth import RequestContext  # noqa: E402
+from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
+
+from tsmigrate.local.plainbuffer import HEADER, assemble_row, encode_cell, encode_primary_key_cells  # noqa: E402
+from tsmigrate.rawclient import RawClient  # noqa: E402
+from tsmigrate.rewrite import splits  # noqa: E402
+from tsmigrate.rewrite.copy import read_page, versions  # noqa: E402
+from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill  # noqa: E402
+from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob  # noqa: E402
+from tsmigrate.rewrite.transform import build  # noqa: E402
+from tsmigrate.rewrite.writer import BatchWriter  # noqa: E402
+from tsmigrate.schema import PrimaryKeyColumn, Table  # noqa: E402
+from tsmigrate.state import State  # noqa: E402
+
+SOURCE = Table("serp_snapshots", [PrimaryKeyColumn("request_id", "STRING")])
+NAIVE_ROWS = 10_000  # the naive loop's rate is flat: a sample of rows is enough
+
+
+def target_table(name: str) -> Table:
+    return Table(name, [PrimaryKeyColumn("keyword", "STRING"), PrimaryKeyColumn("day", "STRING"),
+                        PrimaryKeyColumn("request_id", "STRING")])
+
+
+def source_row(i: int, stamp: int) -> bytes:
+    pk, crcs = encode_primary_key_cells([("request_id", f"{uuid.UUID(int=i * 7919 + 1).hex}")])
+    cells = [
+        ("credits", i % 7, stamp),
+        ("day", f"2026-09-{i % 28 + 1:02d}", stamp),
+        ("keyword", f"keyword {i % 5000:05d}", stamp),
+        ("payload", f"response {i:012d} " + "lorem ipsum " * 8, stamp),
+        ("status", "ok" if i % 10 else "failed", stamp),
+    ]
+    return HEADER + assemble_row(pk, crcs, [encode_cell(*c) for c in cells])
+
+
+def create(client: ts.OTSClient, table: Table) -> None:
+    meta = ts.TableMeta(table.name, [(c.name, c.type) for c in table.primary_key])
+    options = ts.TableOptions(-1, 1, 86400 * 365)
+    client.create_table(meta, options, ts.ReservedThroughput(ts.CapacityUnit(0, 0)))
+
+
+def fill(spec: ConnectionSpec, rows: int) -> None:
+    stamp = int(time.time() * 1000) - 3_600_000
+
+    def part(start: int, stop: int) -> None:
+        writer = BatchWriter(spec.client(), SOURCE.name)
+        for low in range(start, stop, 5000):
+            writer.put([source_row(i, stamp) for i in range(low, min(stop, low + 5000))])
+
+    half = rows // 2
+    threads = [threading.Thread(target=part, args=r) for r in [(0, half), (half, rows)]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def job_for(target: str) -> RewriteJob:
+    return RewriteJob(f"bench-{target}", SOURCE, target_table(target))
+
+
+# -- the rewrite, in a child process ----------------------------------------------------------
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """RSS of a process and its descendants (Linux /proc)."""
+    total = 0
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool, out: Any) -> None:
+    spec = ConnectionSpec(endpoint, INSTANCE)
+    client = spec.client()
+    create(client, target_table(target))
+    peak = [0]
+    running = threading.Event()
+    running.set()
+
+    def sample() -> None:
+        while running.is_set():
+            peak[0] = max(peak[0], _tree_rss_kb(os.getpid()))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    job = job_for(target)
+    executor = InProcessExecutor(workers, processes=processes)
+    start = time.perf_counter()
+    ranges = splits.plan(client, job.id, SOURCE, workers)
+    result = run_backfill(spec, job, ranges, executor)
+    elapsed = time.perf_counter() - start
+    executor.close()  # worker processes end here: their CPU time is counted once they have
+    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = sum(u.ru_utime + u.ru_stime for u in usage)
+    running.clear()
+    sampler.join()
+    out.send({"rows": result.rows, "rows_per_s": result.rows / elapsed, "splits": len(ranges),
+              "peak_rss_mb": peak[0] / 1024, "cpu_us_per_row": cpu_s / result.rows * 1e6,
+              "cpu_share": cpu_s / elapsed})
+
+
+# Rewrites run in children forked from a server started at the beginning, with the modules
+# loaded then: their memory is measured apart from this process's, and files changing under a
+# long run (a rebase) do not change the code it measures.
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["tsmigrate.rewrite.executors", "tsmigrate.rewrite.copy", "tsmigrate.state"])
+
+
+def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
+    receive, send = FORKS.Pipe(duplex=False)
+    child = FORKS.Process(target=rewrite_phase, args=(endpoint, target, workers, processes, send))
+    child.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:
+        result = None
+    child.join()
+    if result is None or child.exitcode != 0:
+        raise SystemExit(f"the rewrite into {target} failed (exit code {child.exitcode})")
+    return result
+
+
+# -- the naive loop and the ceiling -----------------------------------------------------------
+
+
+def naive(client: ts.OTSClient, target: str, rows: int) -> float:
+    """The seeds' loop: page through get_range, put_row each transformed row."""
+    job = job_for(target)
+    transform = build(job)
+    create(client, job.target)
+    start_key, end_key = [("request_id", ts.INF_MIN)], [("request_id", ts.INF_MAX)]
+    done = 0
+    start = time.perf_counter()
+    while start_key is not None and done < rows:
+        _, start_key, page, _ = client.get_range(SOURCE.name, "FORWARD", start_key, end_key, max_version=1,
+                                                 limit=min(1000, rows - done))
+        for row in page:
+            new = transform.apply(row.primary_key, row.attribute_columns)
+            client.put_row(target, ts.Row(new.primary_key, new.columns))
+        done += len(page)
+    return done / (time.perf_counter() - start)
+
+
+def ceiling(client: ts.OTSClient, endpoint: str, target: str, workers: int) -> float:
+    """The same target rows as pre-signed BatchWriteRow requests, from parallel connections."""
+    job = job_for(target)
+    transform = build(job)
+    create(client, job.target)
+    raw = RawClient(client)
+    start, end = splits.ranges(SOURCE, [], 0)[0].start_bytes, splits.ranges(SOURCE, [], 0)[0].end_bytes
+    bodies = []
+    rows = 0
+    while start is not None:
+        buf, start = read_page(raw, SOURCE.name, start, end, max_versions=versions(job))
+        encoded = transform.page(buf).rows
+        rows += len(encoded)
+        for low in range(0, len(encoded), 200):
+            request = pb.BatchWriteRowRequest()
+            table = request.tables.add(table_name=target)
+            for row in encoded[low : low + 200]:
+                table.rows.add(type=pb.PUT, row_change=row).condition.row_existence = pb.IGNORE
+            bodies.append(request.SerializeToString())
+    url = urlparse(endpoint)
+    signed = []
+    for body in bodies:
+        context = RequestContext(client.credentials_provider.get_credentials())
+        signed.append(client.protocol._make_request_headers(body, "/BatchWriteRow", client._signer, context))
+    queue = list(zip(bodies, signed, strict=True))
+    lock = threading.Lock()
+
+    def replay() -> None:
+        conn = http.client.HTTPConnection(url.hostname, url.port)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                body, headers = queue.pop()
+            conn.request("POST", "/BatchWriteRow", body, headers)
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                raise SystemExit(f"BatchWriteRow: HTTP {response.status}: {data[:200]!r}")
+
+    threads = [threading.Thread(target=replay) for _ in range(workers)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rows / (time.perf_counter() - began)
+
+
+def scaling(rows: int, latency_ms: float, processes: bool) -> str:
+    proc, endpoint = start_server("--memory", "--latency-ms", str(latency_ms))
+    try:
+        spec = ConnectionSpec(endpoint, INSTANCE)
+        client = spec.client()
+        State(client).ensure_table()
+        create(client, SOURCE)
+        fill(spec, rows)
+        figures = []
+        for workers in (1, 2, 4, 8):
+            result = rewrite(endpoint, f"scale_{workers}", workers, processes)
+            figures.append(f"workers_{workers}_rows_per_s={result['rows_per_s']:.0f}")
+            print(f"latency {latency_ms} ms, {workers} workers: {result['rows_per_s']:,.0f} rows/s "
+                  f"({result['splits']} splits)", flush=True)
+        return f"latency_ms={latency_ms:g} rows={rows} " + " ".join(figures)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--workers", type=int, default=2, help="rewrite workers and ceiling connections")
+    parser.add_argument("--executor", choices=["threads", "processes", "both"], default="both")
+    parser.add_argument("--latency-ms", type=float, default=None,
+                        help="also measure 1, 2, 4, 8 workers against a server with this latency")
+    parser.add_argument("--scaling-rows", type=int, default=40_000)
+    parser.add_argument("--repeat", type=int, default=3, help="turns of rewrite and ceiling; the best counts")
+    args = parser.parse_args()
+    os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
+    os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"] = AK_SECRET
+    first = FORKS.Process(target=int)  # the fork server starts now, with the files as they are
+    first.start()
+    first.join()
+    proc, endpoint = start_server("--memory")
+    try:
+        spec = ConnectionSpec(endpoint, INSTANCE)
+        client = spec.client()
+        State(client).ensure_table()
+        create(client, SOURCE)
+        fill(spec, args.rows)
+        print(f"{args.rows:,} source rows written", flush=True)
+        kinds = {"threads": [False], "processes": [True], "both": [False, True]}[args.executor]
+        # The machine is shared: the rewrite and the ceiling take turns, --repeat times, and the
+        # best of each counts, so a burst of someone else's load does not decide the ratio.
+        results: dict[str, list[dict]] = {}
+        ceilings = []
+        for round_no in range(args.repeat):
+            ceilings.append(ceiling(client, endpoint, f"ceiling_{round_no}", args.workers))
+            print(f"ceiling (pre-encoded BatchWriteRow, {args.workers} connections): "
+                  f"{ceilings[-1]:,.0f} rows/s", flush=True)
+            for processes in kinds:
+                label = "processes" if processes else "threads"
+                run = rewrite(endpoint, f"rewrite_{label}_{round_no}", args.workers, processes)
+                if run["rows"] != args.rows:
+                    raise SystemExit(f"the rewrite copied {run['rows']} rows of {args.rows}")
+                results.setdefault(label, []).append(run)
+                print(f"rewrite, {args.workers} {label}: {run['rows_per_s']:,.0f} rows/s, "
+                      f"{run['splits']} splits, peak RSS {run['peak_rss_mb']:.0f} MB, client CPU "
+                      f"{run['cpu_us_per_row']:.0f} us/row ({run['cpu_share']:.0%} of a core)", flush=True)
+        best_of = {label: max(runs, key=lambda r: r["rows_per_s"]) for label, runs in results.items()}
+        best_label = max(best_of, key=lambda k: best_of[k]["rows_per_s"])
+        best = best_of[best_label]
+        best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results[best_label])
+        ceiling_rate = max(ceilings)
+        naive_rate = naive(client, "naive", min(args.rows, NAIVE_ROWS))
+        print(f"naive get_range/put_row: {naive_rate:,.0f} rows/s", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    if args.latency_ms is not None:
+        # Threads: eight worker processes would take the two cores' time from the server.
+        print(scaling(args.scaling_rows, args.latency_ms, processes=False), flush=True)
+    rate = best["rows_per_s"]
+    print(
+        f"rows={args.rows} rewrite_rows_per_s={rate:.0f} naive_rows_per_s={naive_rate:.0f} "
+        f"ceiling_rows_per_s={ceiling_rate:.0f} vs_naive={rate / naive_rate:.2f} "
+        f"vs_ceiling={rate / ceiling_rate:.2f} peak_rss_mb={best['peak_rss_mb']:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The rewrite as a user runs it: `tsmigrate plan`, `apply`, `rewrite status|pause|resume|follow|
+finish|abort` in subprocesses against a local server; kill -9 of apply at random moments."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import rewrite_tables as rt
+
+from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+from tsmigrate.rewrite import driver, machine
+
+V1 = '''
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.keys import HashPrefix
+
+
+class Reading(Model, table="readings", max_versions=3, max_time_deviation="366d"):
+    pk = PrimaryKey(str, derive=HashPrefix("device", length=4, sep="|"))
+    seq = PrimaryKey(int)
+    device = Column(str)
+'''
+V2 = '''
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.keys import Concat
+
+
+class ReadingV2(Model, table="readings_by_seq", replaces="readings", max_versions=3,
+                max_time_deviation="366d"):
+    device_seq = PrimaryKey(str, derive=Concat(["device", "seq"], pad={"seq": 8}), name="key")
+    region = PrimaryKey(str)
+    seq = Column(int)
+    device = Column(str)
+'''
+
+
+def _project(root: Path, models: str) -> Path:
+    (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (root / "app_models.py").write_text(models)
+    return root
+
+
+def _env(ots) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
+    environ.update({
+        "TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET,
+    })
+    return environ
+
+
+def _run(cwd: Path, ots, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
+                            capture_output=True, timeout=300, env=_env(ots), stdin=subprocess.DEVNULL)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def _source(tmp_path: Path, ots, rows: int) -> Path:
+    project = _project(tmp_path, V1)
+    assert _run(project, ots, "apply", "--yes").returncode == 0
+    rt.fill(ots.client(), rows)
+    (project / "app_models.py").write_text(V2)
+    return project
+
+
+def _target_equals_source(ots) -> None:
+    client = ots.client()
+    job = driver.job_of(machine.load(client, "readings_by_seq"))  # the IR the rewrite was given
+    got = sorted(([tuple(k) for k in key], cells) for key, cells in rt.read_all(client, job.target))
+    want = sorted(([tuple(k) for k in key], cells) for key, cells in rt.expected_target(client, job))
+    assert got == want
+
+
+def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 500)
+    as_json = json.loads(_run(project, ots_instance, "plan", "--format", "json").stdout)
+    (step,) = [s for s in as_json["steps"] if s["kind"] == "rewrite_table"]
+    assert step["args"]["cost"]["bytes"] > 0 and step["args"]["cost"]["splits"] >= 1
+    assert step["args"]["cost"]["rate_mb_s"] > 0 and "MB/s" in step["reason"]
+    for fmt in ("text", "markdown"):
+        shown = _run(project, ots_instance, "plan", "--format", fmt).stdout
+        assert "rewrite readings into readings_by_seq" in shown and "MB/s" in shown and "split" in shown
+
+    applied = _run(project, ots_instance, "apply", "--yes", "--workers", "2")
+    assert applied.returncode == 0, applied.stderr
+    assert "rewrite readings -> readings_by_seq: ready" in applied.stdout
+    assert "tsmigrate rewrite follow readings_by_seq" in applied.stdout
+    _target_equals_source(ots_instance)
+
+    status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
+                             "--format", "json").stdout)
+    assert status["phase"] == "ready" and status["rows_copied"] == 500
+    assert status["verification"]["ok"] and status["collisions"] == []
+    assert status["capture_lag_s"] is not None and status["eta_s"] == 0 and status["rows_per_s"] > 0
+    assert "ready" in _run(project, ots_instance, "rewrite", "status").stdout
+
+    paused = _run(project, ots_instance, "rewrite", "pause", "readings_by_seq")
+    assert paused.returncode == 0 and "paused in ready" in paused.stdout
+    resumed = _run(project, ots_instance, "rewrite", "resume", "readings_by_seq")
+    assert resumed.returncode == 0 and "ready" in resumed.stdout
+
+    rt.fill(ots_instance.client(), 520)  # services keep writing the old table: 20 new rows
+    followed = _run(project, ots_instance, "rewrite", "follow", "readings_by_seq", "--for", "1")
+    assert followed.returncode == 0, followed.stderr
+    _target_equals_source(ots_instance)
+
+    finished = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq", "--allow-destructive")
+    assert finished.returncode == 0, finished.stderr
+    assert "done" in finished.stdout and "readings dropped" in finished.stdout
+    assert "readings" not in ots_instance.client().list_table()
+    again = _run(project, ots_instance, "rewrite", "abort", "readings_by_seq")
+    assert again.returncode == 1 and "already done" in again.stderr
+    unknown = _run(project, ots_instance, "rewrite", "status", "nosuch")
+    assert unknown.returncode == 1 and "no rewrite into or out of nosuch" in unknown.stderr
+
+
+def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 50)
+    assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0
+    applied = _run(project, ots_instance, "apply", "--yes", "--plan", "plan.json")
+    assert applied.returncode == 0, applied.stderr
+    assert "readings_by_seq: ready" in applied.stdout
+    aborted = _run(project, ots_instance, "rewrite", "abort", "readings_by_seq")
+    assert aborted.returncode == 0 and "aborted" in aborted.stdout
+    assert "readings_by_seq" not in ots_instance.client().list_table()
+    assert len(rt.read_all(ots_instance.client(), rt.SOURCE)) == 50
+
+
+def test_apply_killed_at_random_moments_resumes_to_an_equal_target(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 3000)
+    rng = random.Random(11)
+    kills = 0
+    for _attempt in range(3):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--workers", "2",
+             "--max-rows-per-s", "1500"],
+            cwd=project, env=_env(ots_instance), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.8, 2.5))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait(60)
+    assert kills >= 2  # the rewrite was really interrupted mid-way
+    rewrite = machine.load(ots_instance.client(), "readings_by_seq")
+    assert rewrite is not None and rewrite.phase != machine.READY
+    finished = _run(project, ots_instance, "apply", "--yes", "--workers", "2")
+    assert finished.returncode == 0, finished.stderr
+    assert "readings_by_seq: ready" in finished.stdout
+    _target_equals_source(ots_instance)
+    status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
+                             "--format", "json").stdout)
+    assert status["verification"]["ok"] and status["rows_copied"] == 3000

@@ -1,0 +1,420 @@
+"""Drive a rewrite through its phases: what ``apply``, ``rewrite follow``, ``finish``, ``abort``,
+``pause`` and ``resume`` do. Each phase continues from what ``tsmigrate_state`` says, so a run
+killed at any moment is continued by the next one.
+
+    prepare    prepare.py: sample check, target checked, deviation widened, stream on, capture
+               start recorded, splits computed
+    backfill   the split tasks (executors) copy rows; capture follows the stream meanwhile,
+               keeping records of unfinished splits as their dirty keys
+    catch-up   capture drains the stream, then verification compares source and target
+               (counts and hashes per split, both directions); differences seen while services
+               still write are re-checked after catching up again; collisions stop here
+    ready      the target is complete and follows the source; apply returns here
+    finishing  capture drained, verification once more, capture stopped, the target's
+               max_time_deviation set back, the source's stream put back, the source dropped
+               with --allow-destructive
+    done
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import tablestore as ts
+
+from tsmigrate.rawclient import RawClient
+from tsmigrate.rewrite import capture as capture_mod
+from tsmigrate.rewrite import copy, machine, prepare
+from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
+
+CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
+RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
+SAVE_EVERY_S = 1.0  # how often the capture position is written while following
+
+
+@attrs.frozen
+class RunOptions:
+    workers: int = 4
+    dask: str | None = None
+    max_rows_per_s: float | None = None
+
+
+Report = Callable[[str, dict[str, Any]], None]  # (event, data) for progress and status lines
+
+
+def quiet(event: str, data: dict[str, Any]) -> None:
+    return None
+
+
+def spec_of(client: Any, local_defaults: bool) -> ConnectionSpec:
+    """How split workers reach the instance ``client`` talks to."""
+    return ConnectionSpec(client.host, client.protocol.instance_name, local_defaults=local_defaults)
+
+
+def job_of(rewrite: machine.Rewrite) -> RewriteJob:
+    return RewriteJob.from_json(rewrite.doc["job"])
+
+
+def _splits(client: Any, rewrite: machine.Rewrite) -> list[Any]:
+    from tsmigrate.rewrite import splits
+
+    kept = splits.load(client, job_of(rewrite).id)
+    if kept is None:
+        raise machine.RewriteError(f"the key ranges of the rewrite into {rewrite.target} are missing")
+    return kept
+
+
+def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
+    from tsmigrate.rewrite import checkpoints, splits, transform, writer
+
+    job = job_of(rewrite)
+    split_list = _splits(client, rewrite)
+    return capture_mod.Capture(
+        client, job, transform.build(job), rewrite.doc["capture"],
+        split_of=lambda key: splits.split_of(split_list, list(key)),
+        split_done=lambda index: checkpoints.split_done(client, job.id, index),
+        writer=writer,
+    )
+
+
+def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> None:
+    runner.save(capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
+                capture_stats=attrs.asdict(capture.stats), **extra)
+
+
+def catch_up(runner: machine.Runner, capture: capture_mod.Capture, report: Report,
+             deadline: float | None = None) -> None:
+    """Apply records until the stream is drained and nothing waits; saves the position."""
+    while True:
+        capture.step()
+        _save_capture(runner, capture)
+        report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
+        if capture.stats.caught_up:
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            return
+
+
+# --- phases ---------------------------------------------------------------------------------------
+
+
+def run_backfill(client: Any, spec: ConnectionSpec, runner: machine.Runner, options: RunOptions,
+                 report: Report) -> None:
+    """Copy every split while capture follows the stream in a thread."""
+    from tsmigrate.rewrite import executors
+
+    rewrite = runner.rewrite
+    job = attrs.evolve(job_of(rewrite), max_rows_per_s=options.max_rows_per_s)
+    split_list = _splits(client, rewrite)
+    capture = make_capture(client, rewrite)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        last_save = 0.0
+        try:
+            while not stop.is_set():
+                read = capture.step()
+                if time.monotonic() - last_save > SAVE_EVERY_S:
+                    _save_capture(runner, capture)
+                    last_save = time.monotonic()
+                if not read:
+                    stop.wait(CAPTURE_IDLE_S)
+        except BaseException as exc:  # surfaced by the main thread, which stops the copy
+            failure.append(exc)
+            stop.set()
+
+    def on_progress(progress: Any) -> None:
+        if failure:  # paused, aborted or failed meanwhile: stop copying (checkpoints keep it)
+            raise failure[0]
+        report("backfill", {"progress": progress})
+
+    follower = threading.Thread(target=follow, name="rewrite-capture", daemon=True)
+    follower.start()
+    executor = (executors.DaskExecutor(options.dask) if options.dask
+                else executors.InProcessExecutor(options.workers))
+    try:
+        result = executors.run_backfill(spec, job, split_list, executor, on_progress)
+    finally:
+        stop.set()
+        follower.join()
+        executor.close()
+    if failure:
+        raise failure[0]
+    _save_capture(runner, capture, backfill={"rows": result.rows, "bytes": result.bytes,
+                                              "elapsed_s": round(result.elapsed_s, 3)})
+    runner.save(phase=machine.CATCH_UP)
+
+
+def _newest(cells: Iterable[Any] | None) -> int:
+    return max((int(c[2]) for c in cells or ()), default=0)
+
+
+def _key(key: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple((name, value) for name, value in key)
+
+
+@attrs.frozen
+class Recheck:
+    """Differences after a re-check: ``accepted`` (equal now, or, at finish, the work of
+    services on the new model since ``ready``), ``moving`` (the source row changed while being
+    re-checked: undecided), ``blocking`` (a real difference)."""
+
+    accepted: list[str]
+    moving: list[str]
+    blocking: list[str]
+
+
+def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: capture_mod.Capture,
+            differences: list[tuple[Any, Any]], since_ms: int | None, report: Report) -> Recheck:
+    """Read the differing source rows, catch capture up, read the target rows and the source
+    rows again: a source row that did not change meanwhile must have its exact transform in the
+    target (and no stale row at its old target key)."""
+    from tsmigrate.rewrite import transform
+
+    t = transform.build(job)
+    keys = [_key(s) for s, _ in differences if s]
+    before = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
+    catch_up(runner, capture, report)
+    wanted = {_key(tk) for _, tk in differences if tk}
+    expected = {}
+    for source_key, row in before.items():
+        expected[source_key] = t.apply(list(source_key), row)
+        wanted.add(_key(expected[source_key].primary_key))
+    targets = capture_mod.read_rows(client, job.target.name, list(wanted),
+                                    job.target.options.max_versions)
+    after = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
+    result = Recheck([], [], [])
+    seen = set()
+    for source_key, target_key in differences:
+        text = transform.format_key(source_key or target_key)
+        if text in seen:
+            continue
+        seen.add(text)
+        if not source_key:
+            stale = targets.get(_key(target_key))
+            service_row = since_ms is not None and _newest(stale) > since_ms
+            (result.accepted if stale is None or service_row else result.blocking).append(text)
+            continue
+        sk = _key(source_key)
+        if before.get(sk) != after.get(sk):
+            result.moving.append(text)
+            continue
+        source_row = after.get(sk)
+        new_key = _key(expected[sk].primary_key) if source_row is not None else None
+        ok = True
+        if new_key is not None:
+            got = targets.get(new_key)
+            if got != [tuple(c) for c in expected[sk].columns]:
+                # At finish, capture has applied every source change, and it never deletes the
+                # row of a source row that exists: a missing row was deleted (or moved) by a
+                # service on the new model; a different one was written by one after ready.
+                ok = since_ms is not None and (got is None or _newest(got) > since_ms)
+        if target_key and _key(target_key) != new_key:
+            stale = targets.get(_key(target_key))
+            if stale is not None and _key(t.source_key_of(list(target_key), stale)) == sk:
+                ok = ok and since_ms is not None and _newest(stale) > since_ms
+        (result.accepted if ok else result.blocking).append(text)
+    return result
+
+
+def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runner,
+                        capture: capture_mod.Capture, report: Report, since_ms: int | None) -> None:
+    """Verify; re-check rows that differ (they may have changed while verification read them).
+    Collisions and differences that stay stop the rewrite. ``since_ms`` (at finish): changes
+    services on the new model made to the target after that time are accepted."""
+    from tsmigrate.rewrite import verify
+
+    rewrite = runner.rewrite
+    job = job_of(rewrite)
+    result = verify.verify(spec, job, _splits(client, rewrite))
+    report("verify", {"ok": result.ok})
+    if result.collisions:
+        listed = "; ".join(str(c) for c in result.collisions[:10])
+        runner.save(verification=_verification(result, []))
+        raise machine.RewriteError(
+            f"{len(result.collisions)} collision(s): several source rows map to one target key, "
+            f"so the new key does not identify rows ({listed}). Nothing was overwritten silently; "
+            f"fix the key declaration, then `tsmigrate rewrite abort {job.target.name}` and apply"
+        )
+    if result.ok:
+        runner.save(verification=_verification(result, []))
+        return
+    if result.truncated:
+        raise machine.RewriteError(
+            f"verification found more differences than it lists ({len(result.differences)}+); "
+            f"first: {'; '.join(map(str, result.first_differences[:5]))}"
+        )
+    todo = [(d.source_key, d.target_key) for d in result.differences]
+    accepted: list[str] = []
+    checked = Recheck([], [], [])
+    for _round in range(RECHECK_ROUNDS):
+        checked = recheck(client, job, runner, capture, todo, since_ms, report)
+        accepted += checked.accepted
+        if checked.blocking:
+            break
+        if not checked.moving:
+            runner.save(verification=_verification(result, accepted))
+            return
+        todo = [(s, t) for s, t in todo
+                if s and transform_key_text(s) in set(checked.moving)]
+        time.sleep(CAPTURE_IDLE_S)
+    if not checked.blocking and since_ms is None:
+        # Rows services keep changing cannot be pinned down now; finish verifies again once
+        # they write the new table.
+        runner.save(verification=_verification(result, accepted + checked.moving))
+        return
+    blocking = checked.blocking or checked.moving
+    runner.save(verification=_verification(result, accepted, blocking))
+    raise machine.RewriteError(
+        f"verification: {len(blocking)} row(s) differ between {job.source.name} and "
+        f"{job.target.name} after catching up (first: {'; '.join(blocking[:5])}); cut-over is "
+        f"blocked. Run `tsmigrate rewrite status {job.target.name}` for details"
+    )
+
+
+def transform_key_text(key: Any) -> str:
+    from tsmigrate.rewrite.transform import format_key
+
+    return format_key(key)
+
+
+def _verification(result: Any, accepted: list[str], blocking: list[str] = ()) -> dict[str, Any]:
+    return {
+        "ok": not blocking and not result.collisions,
+        "at_ms": machine.now_ms(),
+        "rows_source": result.source_rows,
+        "rows_target": result.target_rows,
+        "collisions": [str(c) for c in result.collisions[:20]],
+        "changed_meanwhile": len(accepted),
+        "first_differences": list(blocking[:10]),
+    }
+
+
+def run_catch_up(client: Any, spec: ConnectionSpec, runner: machine.Runner, report: Report) -> None:
+    capture = make_capture(client, runner.rewrite)
+    catch_up(runner, capture, report)
+    verify_until_stable(client, spec, runner, capture, report, since_ms=None)
+    runner.save(phase=machine.READY, ready_ms=machine.now_ms())
+
+
+def run_to_ready(client: Any, spec: ConnectionSpec, runner: machine.Runner, options: RunOptions,
+                 report: Report = quiet) -> machine.Rewrite:
+    """Take the rewrite from wherever it is to ``ready`` (what apply does)."""
+    rewrite = runner.rewrite
+    if rewrite.phase in (machine.PAUSED, machine.FAILED):
+        runner.save(phase=rewrite.resume_to, error=None)
+    try:
+        while True:
+            phase = runner.rewrite.phase
+            report("phase", {"phase": phase})
+            if phase == machine.PREPARE:
+                prepare.prepare(client, spec, runner, job_of(runner.rewrite), options.workers)
+            elif phase == machine.BACKFILL:
+                run_backfill(client, spec, runner, options, report)
+            elif phase == machine.CATCH_UP:
+                run_catch_up(client, spec, runner, report)
+            else:
+                return runner.rewrite
+    except machine.Interrupted:
+        raise
+    except Exception as exc:
+        fail(runner, exc)
+        raise
+
+
+def fail(runner: machine.Runner, exc: BaseException) -> None:
+    with contextlib.suppress(Exception):
+        current = machine.refresh(runner.client, runner.rewrite)
+        if current.phase in machine.RUNNING_PHASES:
+            runner.rewrite = current
+            runner.save(phase=machine.FAILED, error=str(exc)[:2000])
+
+
+def follow(client: Any, runner: machine.Runner, seconds: float | None, report: Report = quiet) -> None:
+    """Keep capture running (ready phase) for ``seconds`` (None: until interrupted)."""
+    rewrite = runner.rewrite
+    if rewrite.phase != machine.READY:
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is {rewrite.phase}; follow runs in phase ready "
+            "(tsmigrate apply takes it there)"
+        )
+    capture = make_capture(client, rewrite)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    last_save = 0.0
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            read = capture.step()
+            if time.monotonic() - last_save > SAVE_EVERY_S:
+                _save_capture(runner, capture)
+                last_save = time.monotonic()
+            report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
+            if not read:
+                time.sleep(CAPTURE_IDLE_S)
+    finally:
+        with contextlib.suppress(machine.RewriteError):
+            _save_capture(runner, capture)
+
+
+def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
+           report: Report = quiet) -> machine.Rewrite:
+    rewrite = runner.rewrite
+    if rewrite.phase == machine.READY:
+        runner.save(phase=machine.FINISHING)
+    elif rewrite.phase != machine.FINISHING:
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is {rewrite.phase}; finish needs phase ready "
+            "(tsmigrate apply takes it there)"
+        )
+    job = job_of(runner.rewrite)
+    try:
+        capture = make_capture(client, runner.rewrite)
+        catch_up(runner, capture, report)
+        verify_until_stable(client, spec, runner, capture, report,
+                            since_ms=int(runner.rewrite.get("ready_ms", machine.now_ms())))
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            runner.save(phase=machine.READY, error=str(exc)[:2000])
+        raise
+    declared = runner.rewrite.get("declared_deviation")
+    if declared is not None:
+        prepare.set_deviation(client, job.target, int(declared))
+    raw = RawClient(client)
+    was = runner.rewrite.get("stream_was")
+    source_exists = job.source.name in client.list_table()
+    if was is not None and source_exists and not allow_destructive:
+        prepare.restore_stream(raw, job.source.name, was)
+    if allow_destructive and source_exists:
+        drop_table(client, job.source.name)
+    return runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
+                       source_dropped=allow_destructive)
+
+
+def drop_table(client: Any, name: str) -> None:
+    """Drop a table, its search indexes first (the service refuses otherwise)."""
+    for _table, index in client.list_search_index(name):
+        client.delete_search_index(name, index)
+    client.delete_table(name)
+
+
+def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
+    """Drop the target and put the source's stream back; the source's rows are never touched."""
+    rewrite = runner.rewrite
+    if not rewrite.active:
+        raise machine.RewriteError(f"the rewrite into {rewrite.target} is already {rewrite.phase}")
+    job = job_of(rewrite)
+    if job.target.name in client.list_table():
+        with contextlib.suppress(ts.OTSServiceError):
+            drop_table(client, job.target.name)
+    was = rewrite.get("stream_was")
+    if was is not None and job.source.name in client.list_table():
+        prepare.restore_stream(RawClient(client), job.source.name, was)
+    from tsmigrate.rewrite import checkpoints
+
+    checkpoints.clear(client, job.id)
+    return runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())

@@ -1,0 +1,330 @@
+"""The life of one rewrite, as an explicit state machine kept in ``tsmigrate_state``.
+
+One row per rewrite, keyed ``("rewrite", <target table>)``: its phase, the job (source and
+target IR), what prepare changed on the tables (so finish and abort can put it back), the
+capture position per stream shard, the last verification, and who is running it (a lease).
+Every write is a compare-and-swap on the row's ``version``, so two processes cannot both move
+one rewrite, and a process killed at any moment leaves a phase the next run continues from.
+
+Phases and transitions::
+
+    prepare -> backfill -> catch-up -> ready -> finishing -> done
+    any running phase -> paused  (pause; resume goes back to the phase it left)
+    any running phase -> failed  (an error; resume or apply retries the phase it left)
+    anything but done -> aborted (abort: the target is dropped, the source left as it was)
+
+The split checkpoints (rows copied per split) are kept by the data plane next to this row
+(``tsmigrate.rewrite.checkpoints``); this row holds everything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import tablestore as ts
+
+from tsmigrate import adapter, retry
+from tsmigrate.errors import TsmigrateError
+from tsmigrate.state import STATE_TABLE
+
+KIND = "rewrite"
+LEASE_S = 120
+
+PREPARE, BACKFILL, CATCH_UP, READY, FINISHING, DONE = (
+    "prepare", "backfill", "catch-up", "ready", "finishing", "done",
+)
+PAUSED, FAILED, ABORTED = "paused", "failed", "aborted"
+RUNNING_PHASES = (PREPARE, BACKFILL, CATCH_UP, READY, FINISHING)
+PHASES = (*RUNNING_PHASES, DONE, PAUSED, FAILED, ABORTED)
+ENDED = (DONE, ABORTED)
+
+# The phases each phase may move to (pause, fail and abort are added for every running phase).
+_NEXT: dict[str, tuple[str, ...]] = {
+    PREPARE: (BACKFILL,),
+    BACKFILL: (CATCH_UP,),
+    CATCH_UP: (READY,),
+    READY: (FINISHING, CATCH_UP),
+    FINISHING: (DONE, READY),
+}
+
+
+class RewriteError(TsmigrateError):
+    """A rewrite cannot go on as asked; the message says why and what to run next."""
+
+
+class RewriteConflict(RewriteError):
+    """Another process moved or runs this rewrite."""
+
+
+class Interrupted(RewriteError):
+    """The rewrite was paused or aborted (by another command) while this process ran it."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def allowed(current: str, new: str, resume_to: str | None = None) -> bool:
+    """Whether ``current -> new`` is a transition of the machine."""
+    if new == ABORTED:
+        return current not in ENDED
+    if current in (PAUSED, FAILED):
+        return new == resume_to or new in (FAILED, PAUSED)
+    if current in RUNNING_PHASES:
+        return new in (*_NEXT[current], PAUSED, FAILED)
+    return False
+
+
+@attrs.frozen
+class Rewrite:
+    """The rewrite row, as a value. ``doc`` holds everything but the key fields."""
+
+    target: str
+    source: str
+    phase: str
+    version: int
+    doc: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def resume_to(self) -> str | None:
+        """The phase a paused or failed rewrite goes back to."""
+        return self.doc.get("resume_to")
+
+    @property
+    def active(self) -> bool:
+        return self.phase not in ENDED
+
+    @property
+    def error(self) -> str:
+        return str(self.doc.get("error", ""))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.doc.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "source": self.source, "phase": self.phase,
+                "version": self.version, **self.doc}
+
+
+def _key(target: str) -> list[tuple[str, Any]]:
+    return [("kind", KIND), ("id", target)]
+
+
+def _from_row(target: str, columns: Mapping[str, Any]) -> Rewrite:
+    return Rewrite(
+        target=target,
+        source=str(columns["source"]),
+        phase=str(columns["phase"]),
+        version=int(columns["version"]),
+        doc=json.loads(columns.get("doc", "{}")),
+    )
+
+
+@contextlib.contextmanager
+def _no_state_table() -> Iterator[None]:
+    """Row reads, not ListTable (a table-level call the instance limits): a missing state table
+    means nothing was ever applied."""
+    try:
+        yield
+    except ts.OTSServiceError as exc:
+        if exc.code != "OTSObjectNotExist":
+            raise
+
+
+def load(client: Any, target: str) -> Rewrite | None:
+    with _no_state_table():
+        row = adapter.get_row(client, STATE_TABLE, _key(target))
+        return _from_row(target, row) if row else None
+    return None
+
+
+def all_rewrites(client: Any) -> list[Rewrite]:
+    with _no_state_table():
+        rows = adapter.scan_prefix(client, STATE_TABLE, ("kind", KIND), "id")
+        return [_from_row(str(target), columns) for target, columns in rows]
+    return []
+
+
+def finished(client: Any, table: str) -> bool:
+    """True when the rewrite that replaces ``table`` (or writes into it) is done: services have
+    moved and the old table may be dropped. ``plan --prune`` asks this before dropping it."""
+    for rewrite in all_rewrites(client):
+        if table in (rewrite.source, rewrite.target) and rewrite.phase != ABORTED:
+            return rewrite.phase == DONE
+    return True  # no rewrite ever touched it
+
+
+def in_progress(client: Any, table: str) -> Rewrite | None:
+    """The unfinished rewrite whose source or target is ``table``, if any."""
+    for rewrite in all_rewrites(client):
+        if rewrite.active and table in (rewrite.source, rewrite.target):
+            return rewrite
+    return None
+
+
+def start(client: Any, *, source: str, target: str, doc: Mapping[str, Any]) -> Rewrite:
+    """Create the rewrite row in ``prepare``. Refuses a second rewrite of the same table."""
+    for other in all_rewrites(client):
+        if not other.active:
+            continue
+        if other.target == target:
+            return other  # the same rewrite, started before: continue it
+        if source in (other.source, other.target) or target in (other.source, other.target):
+            raise RewriteConflict(
+                f"{other.source} is already being rewritten into {other.target} "
+                f"(phase {other.phase}); finish or abort that rewrite first "
+                f"(tsmigrate rewrite finish|abort {other.target})"
+            )
+    old = load(client, target)
+    write = uuid.uuid4().hex
+    columns = {"source": source, "phase": PREPARE, "version": 1,
+               "doc": json.dumps({**doc, "created_ms": now_ms(), "updated_ms": now_ms(),
+                                  "write": write})}
+    try:
+        if old is None:
+            adapter.put_row(client, STATE_TABLE, _key(target), columns, expect="not_exist")
+        else:  # an ended rewrite of the same name: a new one replaces its row
+            columns["version"] = old.version + 1
+            adapter.put_row(client, STATE_TABLE, _key(target), columns, expect="exist",
+                            column_equals=("version", old.version))
+    except adapter.ConditionFailed:
+        if not _landed(client, target, write):
+            raise RewriteConflict(
+                f"another process started the rewrite into {target} meanwhile") from None
+    started = load(client, target)
+    assert started is not None
+    return started
+
+
+def save(client: Any, rewrite: Rewrite, *, phase: str | None = None, **changes: Any) -> Rewrite:
+    """Write ``changes`` (and a new phase) if nobody moved the row since ``rewrite`` was read."""
+    new_phase = phase or rewrite.phase
+    if phase is not None and phase != rewrite.phase and not allowed(rewrite.phase, phase, rewrite.resume_to):
+        raise RewriteError(
+            f"the rewrite into {rewrite.target} is {rewrite.phase}; it cannot go to {phase}"
+        )
+    doc = {**rewrite.doc, **changes, "updated_ms": now_ms(), "write": uuid.uuid4().hex}
+    if phase in (PAUSED, FAILED) and rewrite.phase in RUNNING_PHASES:
+        doc["resume_to"] = rewrite.phase
+    columns = {"source": rewrite.source, "phase": new_phase, "version": rewrite.version + 1,
+               "doc": json.dumps(doc)}
+    try:
+        adapter.put_row(client, STATE_TABLE, _key(rewrite.target), columns, expect="exist",
+                        column_equals=("version", rewrite.version))
+    except adapter.ConditionFailed:
+        if _landed(client, rewrite.target, doc["write"]):
+            return Rewrite(rewrite.target, rewrite.source, new_phase, rewrite.version + 1, doc)
+        raise RewriteConflict(
+            f"the rewrite into {rewrite.target} was changed by another process meanwhile "
+            "(see tsmigrate rewrite status)"
+        ) from None
+    return Rewrite(rewrite.target, rewrite.source, new_phase, rewrite.version + 1, doc)
+
+
+def _landed(client: Any, target: str, write: str) -> bool:
+    """Whether our write is the row's current state: a write retried after an ambiguous failure
+    (see tsmigrate.retry) fails its condition when its first attempt did land."""
+    current = load(client, target)
+    return current is not None and current.get("write") == write
+
+
+def request(client: Any, target: str, phase: str, attempts: int = 20) -> Rewrite:
+    """Move the rewrite into ``target`` to ``phase`` from another process (pause): the process
+    running it saves its row often, so a lost compare-and-swap is read again and retried."""
+    for _attempt in range(attempts):
+        current = load(client, target)
+        if current is None:
+            raise RewriteError(f"no rewrite into {target}")
+        try:
+            return save(client, current, phase=phase)
+        except RewriteConflict:
+            time.sleep(0.05)
+    raise RewriteConflict(f"the rewrite into {target} kept changing; try again")
+
+
+def refresh(client: Any, rewrite: Rewrite) -> Rewrite:
+    current = load(client, rewrite.target)
+    if current is None:
+        raise RewriteError(f"the rewrite into {rewrite.target} is gone from {STATE_TABLE}")
+    return current
+
+
+# --- who runs it: a lease in the row, so two processes never drive one rewrite ------------------
+
+
+def _me() -> str:
+    return f"{uuid.uuid4().hex[:8]}@{socket.gethostname()}:{os.getpid()}"
+
+
+def _holder_alive(holder: str) -> bool:
+    host_pid = holder.partition("@")[2]
+    host, _, pid = host_pid.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine: only its lease tells
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Runner:
+    """Holds the rewrite's lease while a process drives it (apply, follow, finish, abort)."""
+
+    def __init__(self, client: Any, target: str):
+        self.client = retry.install(client)  # the shared policy for every call the run makes
+        self.target = target
+        self.owner = _me()
+        self.rewrite = self._take()
+
+    def _take(self) -> Rewrite:
+        rewrite = load(self.client, self.target)
+        if rewrite is None:
+            raise RewriteError(f"no rewrite into {self.target} (tsmigrate rewrite status lists them)")
+        lease = rewrite.get("runner") or {}
+        if lease and lease.get("expires_ms", 0) > now_ms() and _holder_alive(lease["owner"]):
+            raise RewriteConflict(
+                f"the rewrite into {self.target} is being run by {lease['owner']}; "
+                "stop that process first (or wait for its lease to run out)"
+            )
+        return save(self.client, rewrite, runner={"owner": self.owner,
+                                                  "expires_ms": now_ms() + LEASE_S * 1000})
+
+    def save(self, *, phase: str | None = None, **changes: Any) -> Rewrite:
+        """Save changes under the lease (renewing it)."""
+        changes["runner"] = {"owner": self.owner, "expires_ms": now_ms() + LEASE_S * 1000}
+        current = refresh(self.client, self.rewrite)
+        if (current.get("runner") or {}).get("owner") != self.owner:
+            raise RewriteConflict(f"the rewrite into {self.target} was taken over by another process")
+        if current.phase in (PAUSED, ABORTED) and current.phase != self.rewrite.phase:
+            self.rewrite = current
+            raise Interrupted(
+                f"the rewrite into {self.target} was {current.phase} by another command; "
+                + ("tsmigrate rewrite resume continues it" if current.phase == PAUSED else "")
+            )
+        self.rewrite = save(self.client, current, phase=phase, **changes)
+        return self.rewrite
+
+    def release(self) -> None:
+        try:
+            current = refresh(self.client, self.rewrite)
+            if (current.get("runner") or {}).get("owner") == self.owner:
+                self.rewrite = save(self.client, current, runner=None)
+        except (RewriteError, adapter.ConditionFailed):
+            pass  # someone else owns it now; their lease stays
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

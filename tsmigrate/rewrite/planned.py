@@ -1,0 +1,102 @@
+"""Rewrite steps inside ``apply``: start a planned ``rewrite_table`` step, continue rewrites a
+crash left unfinished, and keep what prepare changed on the tables out of the plan.
+
+A rewrite is a long job, so ``apply`` does not re-plan it after a crash: the rewrite row in
+``tsmigrate_state`` says where it was, and ``apply`` continues it from there (``pending``).
+While a rewrite is unfinished, the target's widened ``max_time_deviation`` and the source's
+stream (turned on by prepare) are the rewrite's business, not schema changes to plan
+(``mask_live``); finish and abort put them back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import attrs
+
+from tsmigrate import ops
+from tsmigrate.rewrite import driver, machine, prepare
+from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
+from tsmigrate.schema import Catalog, StreamSpec
+
+
+@attrs.frozen
+class RewriteSettings:
+    """How apply runs rewrite steps. ``spec=None``: workers reach the instance the way apply's
+    client does, with the local server's default credentials (tests, the embedded instance)."""
+
+    spec: ConnectionSpec | None = None
+    options: driver.RunOptions = attrs.field(factory=driver.RunOptions)
+    report: driver.Report = driver.quiet
+
+    def spec_for(self, client: Any) -> ConnectionSpec:
+        return self.spec or driver.spec_of(client, local_defaults=True)
+
+
+def mask_live(client: Any, live: Catalog) -> Catalog:
+    """The live catalog as the plan should see it: tables under an unfinished rewrite with the
+    deviation and stream they had before prepare."""
+    changes: dict[str, Any] = {}
+    for rewrite in machine.all_rewrites(client):
+        if not rewrite.active:
+            continue
+        declared = rewrite.get("declared_deviation")
+        if declared is not None:
+            changes[rewrite.target] = lambda t, d=declared: attrs.evolve(
+                t, options=attrs.evolve(t.options, max_time_deviation=int(d)))
+        was = rewrite.get("stream_was")
+        if was is not None:
+            spec = StreamSpec(bool(was["enabled"]), int(was.get("expiration_hours") or 24))
+            changes[rewrite.source] = lambda t, s=spec: attrs.evolve(t, stream=s)
+    if not changes:
+        return live
+    return Catalog(tables=[changes[t.name](t) if t.name in changes else t for t in live.tables])
+
+
+def _job(live: Catalog, models: Catalog, source: str, target: str) -> RewriteJob:
+    source_table = live.table(source)
+    target_table = models.table(target)
+    assert source_table is not None and target_table is not None
+    return RewriteJob(id=uuid.uuid4().hex[:16], source=source_table, target=target_table)
+
+
+def start(client: Any, live: Catalog, models: Catalog, step: ops.RewriteTable) -> machine.Rewrite:
+    job = _job(live, models, step.source, step.table)
+    return machine.start(client, source=step.source, target=step.table,
+                         doc={"job": job.to_json(), "key_change": step.key_change})
+
+
+def pending(client: Any, live: Catalog, models: Catalog) -> list[machine.Rewrite]:
+    """Rewrites apply should continue: unfinished ones of declared tables (not paused: resume
+    does that), and declared replacements whose target exists without one (started now, when
+    the target is empty)."""
+    rewrites = {r.target: r for r in machine.all_rewrites(client)}
+    out = []
+    for table in models.tables:
+        rewrite = rewrites.get(table.name)
+        if rewrite is not None and rewrite.active:
+            if rewrite.phase not in (machine.READY, machine.FINISHING, machine.PAUSED):
+                out.append(rewrite)
+            continue
+        if rewrite is not None and rewrite.phase == machine.DONE:
+            continue
+        if table.replaces and live.table(table.replaces) and live.table(table.name):
+            target = live.table(table.name)
+            assert target is not None
+            if prepare.target_has_rows(client, table.name, target.primary_key_names):
+                raise prepare.TargetNotEmpty(
+                    f"table {table.name} already exists with rows that no rewrite of "
+                    f"{table.replaces} wrote, so tsmigrate will not rewrite {table.replaces} into "
+                    f"it; drop {table.name} (or declare another table name) and apply again"
+                )
+            step = ops.RewriteTable(table.name, table.replaces, "the table gets a new name")
+            out.append(start(client, live, models, step))
+    return out
+
+
+def run(client: Any, target: str, settings: RewriteSettings) -> machine.Rewrite:
+    """Take the rewrite into ``target`` to ready (or raise, leaving it failed with why)."""
+    with machine.Runner(client, target) as runner:
+        return driver.run_to_ready(client, settings.spec_for(client), runner, settings.options,
+                                   settings.report)

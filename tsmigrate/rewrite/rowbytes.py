@@ -1,0 +1,227 @@
+"""Rows as PlainBuffer bytes: read a GetRange page without building a Python object per cell.
+
+The copy keeps attribute cells as the bytes the source returned (name, value, timestamp and
+cell checksum are the same in the target row), so only the primary key is decoded and encoded
+again. That is what makes the copy fast: per row, Python touches a few cells, not every value.
+
+A page is ``HEADER row*``; ``row := 0x01 cell* [0x02 cell*] [0x08] 0x09 crc`` and
+``cell := 0x03 0x04 len32 name [0x05 len32 vtype payload] [0x06 op] [0x07 int64] 0x0A crc``
+(see tsmigrate/local/plainbuffer.py). The HTTP body's MD5 is checked by the client before a
+page gets here, so cell checksums are carried, not recomputed.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, crc8_bytes
+
+_I32 = struct.Struct("<i").unpack_from
+_I64 = struct.Struct("<q").unpack_from
+_F64 = struct.Struct("<d").unpack_from
+
+# CRC-8 (poly 0x07): one table step per byte, and one per two bytes (``_T2[(crc ^ b0) | b1 << 8]``,
+# read as little-endian 16-bit words) for the values of key cells.
+_T = tuple(crc8_bytes(0, bytes((i,))) for i in range(256))
+_T2 = tuple(_T[_T[u & 0xFF] ^ (u >> 8)] for u in range(1 << 16))
+_LITTLE_ENDIAN = sys.byteorder == "little"
+ROW_CHECKSUM = tuple(bytes((0x09, i)) for i in range(256))
+
+_names: dict[bytes, str] = {}
+_NAMES_MAX = 4096
+
+
+def row_checksum(pk_crcs: bytes | bytearray | Sequence[int], cell_crcs: bytes | bytearray) -> int:
+    """A row's checksum: over each cell checksum, then the delete-marker byte (0)."""
+    t = _T
+    crc = 0
+    for b in pk_crcs:
+        crc = t[crc ^ b]
+    for b in cell_crcs:
+        crc = t[crc ^ b]
+    return t[crc]
+
+
+def _name(buf: bytes, start: int, end: int) -> str:
+    raw = buf[start:end]
+    name = _names.get(raw)
+    if name is None:
+        name = raw.decode("utf-8")
+        if len(_names) >= _NAMES_MAX:
+            _names.clear()
+        _names[raw] = name
+    return name
+
+
+def value_at(buf: bytes, start: int, end: int) -> Any:
+    """The Python value of ``vtype + payload`` at ``buf[start:end]`` (BLOB -> bytes)."""
+    vt = buf[start]
+    if vt == 0x0:
+        return _I64(buf, start + 1)[0]
+    if vt == 0x3:
+        return buf[start + 5 : end].decode("utf-8")
+    if vt == 0x7:
+        return buf[start + 5 : end]
+    if vt == 0x1:
+        return _F64(buf, start + 1)[0]
+    if vt == 0x2:
+        return buf[start + 1] != 0
+    if vt == 0x6:
+        return None
+    raise PlainBufferError(f"unexpected value type 0x{vt:02x} in a row read back")
+
+
+@attrs.define(slots=True)
+class ScannedRow:
+    """One row of a page: its key decoded, its attribute cells as bytes of the page."""
+
+    primary_key: list[tuple[str, Any]]
+    pk_cells: list[tuple[int, int, int]]  # (start, end, crc) of each key cell in the page
+    pk_start: int  # the key cells are buf[pk_start:pk_end]
+    pk_end: int
+    attributes: bytes  # the attribute cells kept (all but the dropped ones)
+    crcs: bytes  # their checksums, in order
+    values: dict[str, Any]  # newest value of each wanted column present
+    # (name, start, end, crc, timestamp) of every attribute cell, when asked for
+    cells: list[tuple[str, int, int, int, int]] | None
+
+
+def scan_rows(
+    buf: bytes,
+    wanted: frozenset[str] = frozenset(),
+    drop: frozenset[str] = frozenset(),
+    with_cells: bool = False,
+) -> list[ScannedRow]:
+    """The rows of a GetRange page. ``wanted`` names the attribute columns whose newest value
+    is decoded; ``drop`` those left out of ``attributes``; ``with_cells`` lists every attribute
+    cell's position and timestamp."""
+    if not buf:
+        return []
+    if buf[:4] != HEADER:
+        raise PlainBufferError(f"a page must start with the PlainBuffer header, got {buf[:4].hex()}")
+    i32 = _I32
+    names = _names
+    look = wanted | drop
+    # Lengths of the looked-for names: most cells are passed over without reading their name.
+    sizes = frozenset(len(name.encode()) for name in look)
+    rows = []
+    n = len(buf)
+    pos = 4
+    try:
+        while pos < n:
+            pos += 1  # TAG_ROW_PK
+            pk_start = pos
+            pk = []
+            pk_cells = []
+            while buf[pos] == 0x03:
+                start = pos + 6
+                end = start + i32(buf, pos + 2)[0]
+                name = names.get(buf[start:end]) or _name(buf, start, end)
+                vstart = end + 5
+                vend = vstart + i32(buf, end + 1)[0]
+                pk.append((name, value_at(buf, vstart, vend)))
+                pk_cells.append((pos, vend + 2, buf[vend + 1]))
+                pos = vend + 2  # TAG_CELL_CHECKSUM crc
+            pk_end = pos
+            values: dict[str, Any] = {}
+            cells: list[tuple[str, int, int, int, int]] | None = [] if with_cells else None
+            crcs = bytearray()
+            kept: list[bytes] | None = None  # pieces of the attribute region, once a cell is dropped
+            attr_start = attr_end = pos
+            if buf[pos] == 0x02:
+                pos += 1
+                attr_start = piece = pos
+                while buf[pos] == 0x03:
+                    cell_start = pos
+                    size = i32(buf, pos + 2)[0]
+                    start = pos + 6
+                    pos = end = start + size
+                    vstart = -1
+                    if buf[pos] == 0x05:
+                        vstart = pos + 5
+                        pos = vend = vstart + i32(buf, pos + 1)[0]
+                    if buf[pos] == 0x06:
+                        pos += 2
+                    ts = 0
+                    if buf[pos] == 0x07:
+                        if cells is not None:
+                            ts = _I64(buf, pos + 1)[0]
+                        pos += 9
+                    crc = buf[pos + 1]
+                    pos += 2
+                    if cells is not None or size in sizes:
+                        name = names.get(buf[start:end]) or _name(buf, start, end)
+                        if cells is not None:
+                            cells.append((name, cell_start, pos, crc, ts))
+                        if name in look:
+                            if name in wanted and name not in values and vstart >= 0:
+                                values[name] = value_at(buf, vstart, vend)
+                            if name in drop:
+                                if kept is None:
+                                    kept = []
+                                kept.append(buf[piece:cell_start])
+                                piece = pos
+                                continue
+                    crcs.append(crc)
+                attr_end = pos
+                if kept is not None:
+                    kept.append(buf[piece:attr_end])
+            if buf[pos] == 0x08:
+                pos += 1
+            if buf[pos] != 0x09:
+                raise PlainBufferError(f"row checksum tag expected at offset {pos}")
+            pos += 2
+            attributes = b"".join(kept) if kept is not None else buf[attr_start:attr_end]
+            rows.append(ScannedRow(pk, pk_cells, pk_start, pk_end, attributes, bytes(crcs), values, cells))
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
+    return rows
+
+
+_S_TAG_LEN = struct.Struct("<Bi").pack
+_S_INT = struct.Struct("<Bq").pack
+_key_names: dict[str, tuple[bytes, int]] = {}
+
+
+def encode_key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
+    """Primary-key cells (STRING, INTEGER, BINARY) and their checksums: the PlainBuffer codec's
+    encoding, with the per-name prefix and checksum cached."""
+    t, t2 = _T, _T2
+    parts = []
+    crcs = bytearray()
+    for name, value in key:
+        cached = _key_names.get(name)
+        if cached is None:
+            raw = name.encode("utf-8")
+            cached = _key_names[name] = (b"\x03" + _S_TAG_LEN(0x04, len(raw)) + raw, crc8_bytes(0, raw))
+        prefix, crc = cached
+        kind = type(value)
+        if kind is str:
+            data = value.encode("utf-8")
+            encoded = _S_TAG_LEN(0x03, len(data)) + data
+        elif kind is int:
+            encoded = _S_INT(0x0, value)
+        elif kind is bytes or kind is bytearray:
+            encoded = _S_TAG_LEN(0x07, len(value)) + bytes(value)
+        else:
+            raise PlainBufferError(f"key column {name!r} cannot hold {value!r}")
+        if _LITTLE_ENDIAN:
+            words = len(encoded) >> 1
+            for w in memoryview(encoded)[: words * 2].cast("H"):
+                crc = t2[w ^ crc]
+            if len(encoded) & 1:
+                crc = t[crc ^ encoded[-1]]
+        else:
+            for b in encoded:
+                crc = t[crc ^ b]
+        parts += (prefix, _S_TAG_LEN(0x05, len(encoded)), encoded, _CELL_CHECKSUM[crc])
+        crcs.append(crc)
+    return b"".join(parts), bytes(crcs)
+
+
+_CELL_CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))

@@ -1,0 +1,158 @@
+"""BatchWriteRow within the service's limits, retrying only the rows that failed.
+
+Rows arrive encoded (PlainBuffer, HEADER + row) and go out in requests of at most 200 rows and
+4 MB. A request the service rejects as a whole (throttling, a busy partition, a lost connection)
+is sent again by the client's retry policy (``tsmigrate.retry``); in a request that went through,
+only the rows that failed with a retryable error are sent again, after the same policy's capped,
+jittered delays. A row that fails for good raises WriteError naming its key.
+
+``RateLimiter`` paces rows per second (``--max-rows-per-s``), shared by the threads of a process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from tablestore import OTSClient
+from tablestore.error import OTSServiceError
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate import adapter, retry
+from tsmigrate.errors import TsmigrateError
+from tsmigrate.local.plainbuffer import HEADER, assemble_row, decode_row, encode_primary_key_cells
+from tsmigrate.rawclient import RawClient
+from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
+
+MAX_BATCH_ROWS = 200
+MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
+
+
+class WriteError(TsmigrateError):
+    """Rows could not be written to the target."""
+
+
+class RateLimiter:
+    """A token bucket of rows per second (None: unlimited), safe to share between threads."""
+
+    def __init__(self, rows_per_s: float | None) -> None:
+        self.rate = rows_per_s
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+
+    def acquire(self, rows: int) -> None:
+        if not self.rate:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + rows / self.rate
+        if start > now:
+            time.sleep(start - now)
+
+
+@attrs.define
+class WriteStats:
+    rows: int = 0
+    requests: int = 0
+    retried_rows: int = 0
+
+
+class BatchWriter:
+    def __init__(
+        self,
+        client: OTSClient,
+        table: str,
+        limiter: RateLimiter | None = None,
+        policy: retry.TsmigrateRetryPolicy | None = None,
+    ) -> None:
+        self.raw = RawClient(client)
+        self.table = table
+        self.limiter = limiter or RateLimiter(None)
+        self.policy = policy or retry.policy_of(self.raw.client) or retry.RETRY_POLICY
+        self.stats = WriteStats()
+
+    def put(self, rows: Sequence[bytes]) -> None:
+        """Write encoded rows (HEADER + row each), whole rows, timestamps as given."""
+        self._write(pb.PUT, rows)
+
+    def delete(self, keys: Sequence[bytes]) -> None:
+        """Delete rows by encoded key (HEADER + a row with the delete marker)."""
+        self._write(pb.DELETE, keys)
+
+    def _write(self, kind: int, rows: Sequence[bytes]) -> None:
+        batch: list[bytes] = []
+        size = 0
+        for row in rows:
+            if batch and (len(batch) == MAX_BATCH_ROWS or size + len(row) > MAX_BATCH_BYTES):
+                self._send(kind, batch)
+                batch, size = [], 0
+            batch.append(row)
+            size += len(row)
+        if batch:
+            self._send(kind, batch)
+
+    def _send(self, kind: int, rows: list[bytes]) -> None:
+        self.limiter.acquire(len(rows))
+        pending = rows
+        attempt = 0
+        while True:
+            failed, error = self._request(kind, pending)
+            if not failed or error is None:
+                self.stats.rows += len(rows)
+                return
+            if attempt >= self.policy.max_retries:
+                key = format_key(decode_row(failed[0]).primary_key)
+                raise WriteError(
+                    f"{len(failed)} rows could not be written to {self.table!r} after {attempt + 1} "
+                    f"attempts, first {key}: {error.code} {error.message}; run the rewrite again to "
+                    "continue from its checkpoints"
+                )
+            self.stats.retried_rows += len(failed)
+            time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
+            attempt += 1
+            pending = failed
+
+    def _request(self, kind: int, rows: list[bytes]) -> tuple[list[bytes], OTSServiceError | None]:
+        """Send once (the client's policy retries a refused request); the rows that failed
+        with a retryable error, and that error."""
+        request = pb.BatchWriteRowRequest()
+        table = request.tables.add(table_name=self.table)
+        for row in rows:
+            item = table.rows.add(type=kind, row_change=row)
+            item.condition.row_existence = pb.IGNORE
+        self.stats.requests += 1
+        with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
+            response = self.raw.call("BatchWriteRow", request, pb.BatchWriteRowResponse)
+        failed = []
+        error = None
+        for row, result in zip(rows, response.tables[0].rows, strict=True):
+            if result.is_ok:
+                continue
+            exc = OTSServiceError(0, result.error.code, result.error.message)
+            if not retry.retryable(exc, "BatchWriteRow"):
+                key = format_key(decode_row(row).primary_key)
+                raise WriteError(
+                    f"row {key} of {self.table!r} was refused: {result.error.code} {result.error.message}"
+                )
+            failed.append(row)
+            error = exc
+        return failed, error
+
+
+def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
+    pk_cells, crcs = encode_primary_key_cells(key)
+    return HEADER + assemble_row(pk_cells, crcs, (), delete_marker=True)
+
+
+def write_rows(client: OTSClient, table: str, rows: Sequence[TargetRow]) -> None:
+    """Put whole target rows (every version with its timestamp); for change capture."""
+    BatchWriter(client, table).put([RowTransform.encode(row)[0] for row in rows])
+
+
+def delete_keys(client: OTSClient, table: str, keys: Sequence[Sequence[tuple[str, Any]]]) -> None:
+    """Delete target rows by key; for change capture."""
+    BatchWriter(client, table).delete([encode_delete(key) for key in keys])
