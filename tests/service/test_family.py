@@ -215,3 +215,24 @@ def test_plan_command_plans_the_coming_months(tmp_path):
     assert f"create table {this}" in done.stdout
     assert f"create table snaps_{following.year:04d}{following.month:02d}" in done.stdout
     assert "create table snaps " not in done.stdout and "create table snaps (" not in done.stdout
+
+
+def test_async_rows_route_and_merge_months_too(ots_instance, snapshots):
+    import asyncio
+
+    from tsmigrate.service import AsyncRows
+
+    times = [at(9, 28), at(10, 2), at(11, 5), at(10, 30)]
+
+    async def scenario():
+        client = ots_instance.async_client()
+        try:
+            rows = AsyncRows(snapshots.model, client, retry=FAST)
+            result = await rows.batch_write(put=[rows.model(keyword="a", captured_at=t, rank=1)
+                                                 for t in times])
+            assert result.ok
+            return [r.captured_at async for r in rows.query(keyword="a", reverse=True)]
+        finally:
+            await client.close()
+
+    assert asyncio.run(scenario()) == sorted(times, reverse=True)

@@ -112,34 +112,33 @@ def archive_table(client: Any, table: Table, location: str, progress: Progress |
     return count
 
 
+def _lines(location: str) -> Iterator[Any]:
+    with open_archive(location, "r") as stream:
+        for number, line in enumerate(stream, 1):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                raise ArchiveError(f"{location}, line {number}: not JSON") from None
+
+
 def read_archive(location: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """The header and an iterator of the rows; a file cut short (no trailer) is an error."""
-    stream_cm = open_archive(location, "r")
-    stream = stream_cm.__enter__()
-    first = stream.readline()
-    try:
-        header = json.loads(first)
-    except json.JSONDecodeError:
-        stream_cm.__exit__(None, None, None)
-        raise ArchiveError(f"{location} is not a tsmigrate archive (no header line)") from None
+    lines = _lines(location)
+    header = next(lines, None)
     if not isinstance(header, dict) or header.get("format") != ARCHIVE_FORMAT:
-        stream_cm.__exit__(None, None, None)
+        lines.close()
         raise ArchiveError(f"{location} is not a tsmigrate archive of format {ARCHIVE_FORMAT}")
 
     def rows() -> Iterator[dict[str, Any]]:
-        try:
-            count = 0
-            for line in stream:
-                data = json.loads(line)
-                if data.get("end"):
-                    if data.get("rows") != count:
-                        raise ArchiveError(f"{location}: {count} rows, the trailer says {data.get('rows')}")
-                    return
-                count += 1
-                yield data
-            raise ArchiveError(f"{location} is cut short: no trailer after {count} rows")
-        finally:
-            stream_cm.__exit__(None, None, None)
+        count = 0
+        for data in lines:
+            if data.get("end"):
+                if data.get("rows") != count:
+                    raise ArchiveError(f"{location}: {count} rows, the trailer says {data.get('rows')}")
+                return
+            count += 1
+            yield data
+        raise ArchiveError(f"{location} is cut short: no trailer after {count} rows")
 
     return header, rows()
 

@@ -128,8 +128,10 @@ class Query:
         index = options.get("index")
         key_columns = codec.index_key_columns(index) if index else codec.key_columns
         limit = options.get("limit")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise QueryError(f"limit must be a positive integer, got {limit!r}")
+        for option in ("limit", "page_size"):
+            value = options.get(option)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise QueryError(f"{option} must be a positive integer, got {value!r}")
         eq = {name: v for name, v in spec.items() if not isinstance(v, Range)}
         ranges = {name: v for name, v in spec.items() if isinstance(v, Range)}
         for name in spec:
@@ -493,7 +495,7 @@ def _search_sort(codec: ModelCodec, sort: Iterable[str] | None) -> md.Sort | Non
     return md.Sort(sorters=sorters)
 
 
-def _check_search(codec: ModelCodec, index: str) -> None:
+def _check_search(codec: ModelCodec) -> None:
     if codec.family is not None:
         raise QueryError(
             f"{codec.name} is a table family: search its month tables' indexes one by one"
@@ -501,7 +503,7 @@ def _check_search(codec: ModelCodec, index: str) -> None:
 
 
 def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None]:
-    _check_search(codec, index)
+    _check_search(codec)
     query = _search_query(codec, spec)
     sort = _search_sort(codec, spec.get("sort"))
     limit = spec.get("limit")
@@ -530,7 +532,7 @@ def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None
 
 
 def count_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[int]:
-    _check_search(codec, index)
+    _check_search(codec)
     request = md.SearchQuery(_search_query(codec, spec), limit=0, get_total_count=True)
     response = yield Call("search", codec.table, index, request,
                           md.ColumnsToGet(return_type=md.ColumnReturnType.NONE))
