@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from service_models import FAST
+from tablestore import metadata as md
 
 from tsmigrate import Column, Model, PrimaryKey
 from tsmigrate.apply import apply, live_catalog
@@ -95,7 +96,12 @@ def test_retention_archives_then_drops_expired_months_and_restore_loads_them_bac
     client = snapshots.client
     rows = [snapshots.model(keyword="k", captured_at=at(9, d), rank=d) for d in (1, 2, 3)]
     snapshots.batch_write(put=rows).raise_for_failures()
-    snapshots.update({"keyword": "k", "captured_at": at(9, 2)}, set={"rank": 20})  # a 2nd version
+    # A second version of one cell, with a timestamp of its own (an explicit one, so that it
+    # cannot share the millisecond of the first).
+    key = [("keyword", "k"), ("captured_at", int(at(9, 2).timestamp() * 1000))]
+    earlier = int(datetime.now(timezone.utc).timestamp() * 1000) - 60_000
+    client.update_row("serp_snapshots_202609", md.Row(key, {"PUT": [("rank", 20, earlier)]}),
+                      md.Condition(md.RowExistenceExpectation.EXPECT_EXIST))
     _, before, _ = client.get_row("serp_snapshots_202609", [
         ("keyword", "k"), ("captured_at", int(at(9, 2).timestamp() * 1000))], None, None, 2)
     stamped = {(c[0], c[1], c[2]) for c in before.attribute_columns}
@@ -172,8 +178,6 @@ def test_family_declaration_problems_are_reported():
 
 
 def test_archive_to_an_fsspec_url_and_restore_with_old_timestamps(ots_instance, family):
-    from tablestore import metadata as md
-
     from tsmigrate.adapter import inspect_table
     from tsmigrate.service.family import archive_table, restore_archive
 

@@ -11,7 +11,7 @@ takes an int as the same number; ``datetime`` fields are epoch milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -201,11 +201,11 @@ class ModelCodec:
         # Column names are field names: build the dict at C speed, then drop columns the model
         # does not declare and convert the few fields that need it.
         values = dict(primary_key) if primary_key else {}
-        if attributes:
-            values.update({cell[0]: cell[1] for cell in attributes})
-        extra = values.keys() - self.field_names
-        for name in extra:
-            del values[name]
+        for cell in attributes or ():
+            values[cell[0]] = cell[1]
+        if not values.keys() <= self.field_names:
+            for name in values.keys() - self.field_names:
+                del values[name]
         for field in self.read_converts:
             value = values.get(field.name)
             if value is not None:
@@ -213,6 +213,25 @@ class ModelCodec:
         row = self._new(self.model)
         row.__dict__ = values
         return row
+
+    def to_models(self, rows: Iterable[Any]) -> list[Model]:
+        """Models from the SDK's ``Row`` objects of a page (the loop of ``to_model``, inlined:
+        it runs for every row a query returns)."""
+        if self.renamed or self.read_converts:
+            return [self.to_model(row.primary_key, row.attribute_columns) for row in rows]
+        fields, model, new = self.field_names, self.model, self._new
+        models = []
+        for row in rows:
+            values = dict(row.primary_key)
+            for cell in row.attribute_columns:
+                values[cell[0]] = cell[1]
+            if not values.keys() <= fields:
+                for name in values.keys() - fields:
+                    del values[name]
+            instance = new(model)
+            instance.__dict__ = values
+            models.append(instance)
+        return models
 
     def _python(self, field: Field, value: Any) -> Any:
         if type(value) is bytearray:

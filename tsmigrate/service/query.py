@@ -312,12 +312,6 @@ def _predecessor(value: Any) -> Any:
     )
 
 
-def _page_models(codec: ModelCodec, rows: list[Any]) -> list[Model]:
-    """Models from GetRange rows (``Row`` objects)."""
-    to_model = codec.to_model
-    return [to_model(row.primary_key, row.attribute_columns) for row in rows]
-
-
 def _fetch(codec: ModelCodec, cursor: Cursor, query: Query) -> Op[None]:
     """Read the next page of a cursor (an empty page with a next key is not the end)."""
     direction = md.Direction.BACKWARD if query.reverse else md.Direction.FORWARD
@@ -336,7 +330,7 @@ def _fetch(codec: ModelCodec, cursor: Cursor, query: Query) -> Op[None]:
             cursor.done = True
         else:
             cursor.start = next_start
-        models = _page_models(codec, rows)
+        models = codec.to_models(rows)
         if query.fetch_missing and models:
             models = yield from _complete(codec, models, query)
         cursor.rows, cursor.position = models, 0
