@@ -9,6 +9,10 @@ from service_models import FAST, Account, Event, Reading, Tick
 
 from tsmigrate.service import Rows, create_tables
 
+# The service plugin's fixtures (also registered as the `tsmigrate_service` pytest plugin); imported
+# here too, so that a virtualenv installed before the entry point existed still has them.
+from tsmigrate.service.pytest_plugin import ots_models, tsmigrate_models  # noqa: F401
+
 
 @pytest.fixture
 def client(ots_instance):
