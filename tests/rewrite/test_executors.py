@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 import rewrite_tables as rt
@@ -24,11 +25,13 @@ def test_threads_copy_every_split_and_report_progress(ots_instance) -> None:
     spec, job, client = rt.setup(ots_instance, 2000)
     ranges = splits.plan(client, job.id, job.source, workers=3)
     seen = []
+    switch_interval = sys.getswitchinterval()
     with_executor = InProcessExecutor(workers=3)
     try:
         result = run_backfill(spec, job, ranges, with_executor, progress=seen.append, poll_s=0.05)
     finally:
         with_executor.close()
+    assert sys.getswitchinterval() == switch_interval  # shortened for the backfill only
     assert result.rows == 2000 and len(result.results) == len(ranges) > 1
     assert _same(client, job)
     assert seen and seen[-1].rows == 2000 and seen[-1].done_splits == len(ranges)

@@ -86,3 +86,19 @@ def test_one_runner_at_a_time_and_pause_interrupts_it(ots_client):
     runner.release()
     assert machine.load(ots_client, "events_v2").get("runner") is None
     assert machine.Runner(ots_client, "events_v2").rewrite.resume_to == machine.PREPARE
+
+
+def test_a_heartbeat_renews_the_lease_while_a_long_step_saves_nothing(ots_client):
+    import time
+
+    from tsmigrate.rewrite import driver
+
+    _started(ots_client)
+    runner = machine.Runner(ots_client, "events_v2")
+    before = runner.rewrite.get("runner")["expires_ms"]
+    beats = []
+    with driver.heartbeat(runner, lambda event, data: beats.append(event), every_s=0.05):
+        time.sleep(0.4)
+        runner.save(note="the run saves meanwhile")  # no conflict with the heartbeat's saves
+    assert beats and set(beats) == {"heartbeat"}
+    assert machine.load(ots_client, "events_v2").get("runner")["expires_ms"] > before

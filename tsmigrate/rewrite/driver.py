@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -35,6 +35,7 @@ from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
 SAVE_EVERY_S = 1.0  # how often the capture position is written while following
+HEARTBEAT_S = 20.0  # lease renewal while verification runs (leases last minutes)
 
 
 @attrs.frozen
@@ -85,6 +86,27 @@ def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
 def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> None:
     runner.save(capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
                 capture_stats=attrs.asdict(capture.stats), **extra)
+
+
+@contextlib.contextmanager
+def heartbeat(runner: machine.Runner, report: Report, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Renew the runner's lease (and, through ``report``, apply's lock) while a long step that
+    saves nothing runs (verification)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(machine.RewriteError):
+                runner.save()
+            report("heartbeat", {})
+
+    thread = threading.Thread(target=beat, name="rewrite-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def catch_up(runner: machine.Runner, capture: capture_mod.Capture, report: Report,
@@ -232,7 +254,8 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
 
     rewrite = runner.rewrite
     job = job_of(rewrite)
-    result = verify.verify(spec, job, _splits(client, rewrite))
+    with heartbeat(runner, report):
+        result = verify.verify(spec, job, _splits(client, rewrite))
     report("verify", {"ok": result.ok})
     if result.collisions:
         listed = "; ".join(str(c) for c in result.collisions[:10])

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -285,6 +286,7 @@ class Runner:
         self.client = retry.install(client)  # the shared policy for every call the run makes
         self.target = target
         self.owner = _me()
+        self._lock = threading.RLock()  # saves from the capture or heartbeat thread and the run
         self.rewrite = self._take()
 
     def _take(self) -> Rewrite:
@@ -302,6 +304,10 @@ class Runner:
 
     def save(self, *, phase: str | None = None, **changes: Any) -> Rewrite:
         """Save changes under the lease (renewing it)."""
+        with self._lock:
+            return self._save(phase, changes)
+
+    def _save(self, phase: str | None, changes: dict[str, Any]) -> Rewrite:
         changes["runner"] = {"owner": self.owner, "expires_ms": now_ms() + LEASE_S * 1000}
         current = refresh(self.client, self.rewrite)
         if (current.get("runner") or {}).get("owner") != self.owner:
