@@ -3,6 +3,7 @@ plan that triggers it and a clean counterpart; the docs page; the example models
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -260,6 +261,25 @@ def test_cl701_large_payload_attributes():
     assert all("OSS" in f.fix for f in findings)
 
 
+PAYLOAD_HEADS = ["payload", "body", "content", "html", "xml", "raw", "response", "document", "doc",
+                 "blob", "image", "file", "attachment", "snapshot", "json"]
+PLURALS = {"documents": "document", "responses": "response", "snapshots": "snapshot",
+           "blobs": "blob", "bodies": "body", "payloads": "payload", "contents": "content",
+           "docs": "doc", "images": "image", "files": "file", "attachments": "attachment"}
+
+
+@pytest.mark.parametrize("name", [*PAYLOAD_HEADS, *PLURALS, "raw_responses", "pageBodies"])
+def test_cl701_every_documented_word_and_its_plural(name: str):
+    findings = found("TS-CL701", table(attributes=[AttributeColumn(name, STRING)]))
+    assert [f.field for f in findings] == [name]
+
+
+@pytest.mark.parametrize("name", ["bodies_key", "documents_url", "responses_count", "status",
+                                  "address", "process", "series", "bodyguards"])
+def test_cl701_plurals_of_other_words_are_clean(name: str):
+    assert found("TS-CL701", table(attributes=[AttributeColumn(name, STRING)])) == []
+
+
 def test_cl701_pointers_and_suppression_are_clean():
     pointers = table(attributes=[AttributeColumn("payload_key", STRING),
                                  AttributeColumn("file_name", STRING),
@@ -496,3 +516,24 @@ def test_example_models_are_clean_but_for_suppressions_with_reasons():
     ignored = {(t.name, code) for t in catalog.tables for code, _ in t.lint_ignore}
     assert raised <= ignored
     assert all(reason.strip() for t in catalog.tables for _, reason in t.lint_ignore)
+
+
+def test_lint_command_flags_plural_payloads(tmp_path, monkeypatch):
+    """The words the issue found unflagged, through `tsmigrate lint` as a user runs it."""
+    from click.testing import CliRunner
+
+    from tsmigrate.cli import main
+
+    plurals = ["documents", "responses", "snapshots", "blobs", "bodies"]
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["pm"]\n')
+    (tmp_path / "pm.py").write_text(
+        "from tsmigrate import Column, Model, PrimaryKey\n"
+        "class Crawl(Model, table='crawl'):\n"
+        "    url = PrimaryKey(str)\n"
+        + "".join(f"    {name} = Column(str)\n" for name in plurals)
+    )
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["lint", "--format", "json"])
+    assert result.exit_code == 0, result.output  # warnings only
+    flagged = sorted(f["field"] for f in json.loads(result.output) if f["code"] == "TS-CL701")
+    assert flagged == sorted(plurals)

@@ -613,3 +613,23 @@ def test_parse_duration_in_units() -> None:
 def test_parse_duration_rejects(value) -> None:
     with pytest.raises(ValueError):
         parse_duration(value)
+
+
+@pytest.mark.parametrize(("ttl", "seconds"), [
+    ("90d", 90 * 86400), ("2w", 14 * 86400), ("36h", 36 * 3600), (86400, 86400), (None, -1),
+])
+def test_readme_ttl_formats_validate(ttl, seconds) -> None:
+    """The TTL forms the README lists compile and pass validation."""
+    class Kept(Model, table="kept", ttl=ttl):
+        pk = PrimaryKey(str)
+
+    assert compile_models([Kept]).table("kept").options.time_to_live == seconds
+
+
+def test_a_ttl_under_a_day_is_refused_with_the_minimum() -> None:
+    class Short(Model, table="short", ttl="12h"):
+        pk = PrimaryKey(str)
+
+    with pytest.raises(SchemaError) as refused:
+        compile_models([Short])
+    assert "one day or more" in refused.value.problems[0].fix

@@ -87,17 +87,30 @@ def has_few_values(name: str) -> bool:
 
 
 _PAYLOAD_HEADS = frozenset({
-    "payload", "payloads", "body", "content", "contents", "html", "xml", "raw", "response",
-    "document", "doc", "blob", "image", "images", "file", "files", "attachment", "attachments",
-    "snapshot", "json",
+    "payload", "body", "content", "html", "xml", "raw", "response", "document", "doc", "blob",
+    "image", "file", "attachment", "snapshot", "json",
 })
 
 
+def _singulars(word: str) -> set[str]:
+    """``word`` and what it is the plural of, if anything: bodies -> body, responses -> response,
+    boxes -> box (only English's regular plurals; the heads above have no other kind)."""
+    forms = {word}
+    if word.endswith("ies"):
+        forms.add(word[:-3] + "y")
+    if word.endswith("es"):
+        forms.add(word[:-2])
+    if word.endswith("s"):
+        forms.add(word[:-1])
+    return forms
+
+
 def is_payload(name: str) -> bool:
-    """A whole document, response or file: ``payload``, ``response_body``, ``raw_html``.
-    ``payload_key`` or ``image_url`` (a pointer) end in another word and do not match."""
+    """A whole document, response or file, or several: ``payload``, ``response_body``,
+    ``raw_html``, ``documents``. ``payload_key`` or ``image_url`` (a pointer) end in another
+    word and do not match."""
     parts = words(name)
-    return bool(parts) and parts[-1] in _PAYLOAD_HEADS
+    return bool(parts) and bool(_singulars(parts[-1]) & _PAYLOAD_HEADS)
 
 
 _MONEY_WORDS = frozenset({
