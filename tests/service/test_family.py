@@ -240,3 +240,15 @@ def test_async_rows_route_and_merge_months_too(ots_instance, snapshots):
             await client.close()
 
     assert asyncio.run(scenario()) == sorted(times, reverse=True)
+
+
+def test_a_month_without_a_table(snapshots):
+    from tsmigrate.service import RowError
+
+    far = at(3, 1, year=2031)
+    with pytest.raises(RowError, match="month table serp_snapshots_203103 does not exist"):
+        snapshots.put(snapshots.model(keyword="k", captured_at=far, rank=1))
+    assert snapshots.get(keyword="k", captured_at=far) is None
+    result = snapshots.batch_write(put=[snapshots.model(keyword="k", captured_at=far, rank=1),
+                                        snapshots.model(keyword="k", captured_at=at(10, 1), rank=2)])
+    assert result.written == 1 and result.failures[0].error_code == "OTSObjectNotExist"

@@ -24,7 +24,13 @@ from tsmigrate.service.backoff import call_retryable, code_of, delay
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
-from tsmigrate.service.errors import AlreadyExists, ConditionFailed, RowValueError, VersionConflict
+from tsmigrate.service.errors import (
+    AlreadyExists,
+    ConditionFailed,
+    RowError,
+    RowValueError,
+    VersionConflict,
+)
 
 EXPECT = {
     "ignore": md.RowExistenceExpectation.IGNORE,
@@ -32,6 +38,16 @@ EXPECT = {
     "not_exist": md.RowExistenceExpectation.EXPECT_NOT_EXIST,
 }
 CONDITION_FAILED = "OTSConditionCheckFail"
+MISSING = "OTSObjectNotExist"
+
+
+def check_month(codec: ModelCodec, table: str, exc: OTSServiceError) -> None:
+    """A write to a family's month that has no table: say which, and how to get it."""
+    if codec.family is not None and exc.code == MISSING:
+        raise RowError(
+            f"{codec.name}: the month table {table} does not exist; `tsmigrate apply` creates "
+            f"the current month and {codec.family.ahead} ahead (Monthly(ahead=...))"
+        ) from None
 
 
 def expectation(expect: str) -> str:
@@ -77,7 +93,12 @@ def get_op(
 ) -> Op[Model | None]:
     table = table or codec.table_for(values)
     key = codec.key(values)
-    _, row, _ = yield Call("get_row", table, key, columns_to_get(codec, columns), None, 1)
+    try:
+        _, row, _ = yield Call("get_row", table, key, columns_to_get(codec, columns), None, 1)
+    except OTSServiceError as exc:
+        if codec.family is not None and exc.code == MISSING:
+            return None  # a month without a table holds no rows
+        raise
     if row is None or (not row.attribute_columns and not row.primary_key):
         return None
     return codec.to_model(row.primary_key, row.attribute_columns)
@@ -114,6 +135,7 @@ def put_op(
         yield Call("put_row", table, md.Row(key, cells),
                    md.Condition(existence, sdk_condition(condition, codec)))
     except OTSServiceError as exc:
+        check_month(codec, table, exc)
         if exc.code != CONDITION_FAILED:
             raise
         if codec.version:
@@ -180,6 +202,7 @@ def update_op(
         yield Call("update_row", table, md.Row(key, cells),
                    md.Condition(existence, sdk_condition(condition, codec)))
     except OTSServiceError as exc:
+        check_month(codec, table, exc)
         if exc.code != CONDITION_FAILED:
             raise
         if next_version is not None:
@@ -213,6 +236,7 @@ def delete_op(
         yield Call("delete_row", table, md.Row(key),
                    md.Condition(existence, sdk_condition(condition, codec)))
     except OTSServiceError as exc:
+        check_month(codec, table, exc)
         if exc.code != CONDITION_FAILED:
             raise
         if expected is not None:
@@ -246,6 +270,7 @@ def create_op(
             yield Call("put_row", table, put, condition)
             break
         except OTSServiceError as exc:
+            check_month(codec, table, exc)
             if exc.code == CONDITION_FAILED:
                 _, stored, _ = yield Call(
                     "get_row", table, key, [codec.request_id_column], None, 1
