@@ -141,6 +141,7 @@ def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool, out
     executor = InProcessExecutor(workers, processes=processes)
     start = time.perf_counter()
     ranges = splits.plan(client, job.id, SOURCE, workers)
+    planned = time.perf_counter() - start
     result = run_backfill(spec, job, ranges, executor)
     elapsed = time.perf_counter() - start
     executor.close()  # worker processes end here: their CPU time is counted once they have
@@ -150,7 +151,7 @@ def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool, out
     sampler.join()
     out.send({"rows": result.rows, "rows_per_s": result.rows / elapsed, "splits": len(ranges),
               "peak_rss_mb": peak[0] / 1024, "cpu_us_per_row": cpu_s / result.rows * 1e6,
-              "cpu_share": cpu_s / elapsed})
+              "cpu_share": cpu_s / elapsed, "split_points_s": planned})
 
 
 # Rewrites run in children forked from a server started at the beginning, with the modules
@@ -308,7 +309,8 @@ def main() -> None:
                     raise SystemExit(f"the rewrite copied {run['rows']} rows of {args.rows}")
                 results.setdefault(label, []).append(run)
                 print(f"rewrite, {args.workers} {label}: {run['rows_per_s']:,.0f} rows/s, "
-                      f"{run['splits']} splits, peak RSS {run['peak_rss_mb']:.0f} MB, client CPU "
+                      f"{run['splits']} splits ({run['split_points_s']:.1f} s for split points), "
+                      f"peak RSS {run['peak_rss_mb']:.0f} MB, client CPU "
                       f"{run['cpu_us_per_row']:.0f} us/row ({run['cpu_share']:.0%} of a core)", flush=True)
         best_of = {label: max(runs, key=lambda r: r["rows_per_s"]) for label, runs in results.items()}
         best_label = max(best_of, key=lambda k: best_of[k]["rows_per_s"])
