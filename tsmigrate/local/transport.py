@@ -79,7 +79,7 @@ class Limits:
     request_timeout_s: float = 60.0  # from a request's first byte until all of it has arrived
     write_timeout_s: float = 60.0  # sending one response
     linger_s: float = 2.0  # discarding input after a refusal, before closing
-    workers: int = 32  # threads running handlers
+    workers: int = 32  # threads running handlers (read when the server is created)
 
 
 Response = tuple[int, list[tuple[str, str]], bytes]
