@@ -145,7 +145,13 @@ def test_apply_killed_at_random_moments_resumes_to_an_equal_target(tmp_path, ots
              "--max-rows-per-s", "1500"],
             cwd=project, env=_env(ots_instance), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.8, 2.5))
+        # Killed a random moment after the rewrite has begun (a busy machine can take longer
+        # than any fixed delay just to start the command).
+        client, deadline = ots_instance.client(), time.monotonic() + 120
+        while (process.poll() is None and machine.load(client, "readings_by_seq") is None
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.2, 1.0))
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             kills += 1
