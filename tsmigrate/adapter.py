@@ -18,6 +18,7 @@ import attrs
 import tablestore as ts
 import urllib3.exceptions
 from tablestore import metadata as md
+from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import ops, retry
@@ -342,14 +343,22 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 
 
 def inspect_table(client: ts.OTSClient, name: str) -> Table:
+    return _describe(client, name)[0]
+
+
+def _describe(client: ts.OTSClient, name: str) -> tuple[Table, list[str]]:
+    """The table as IR, and the names of its search indexes still in their first full sync
+    (being built from the table's existing rows)."""
     describe = RawClient(client).describe_table(name)
-    search = []
+    search, building = [], []
     for _table, index_name in client.list_search_index(name):
         response = RawClient(client).describe_search_index(name, index_name)
         meta = client.protocol.decoder._parse_index_meta(response.schema)
         meta.time_to_live = response.time_to_live
         search.append(ir_search_index(index_name, meta, response.schema))
-    return ir_table(describe, search)
+        if response.HasField("sync_stat") and response.sync_stat.sync_phase == search_pb2.FULL:
+            building.append(index_name)
+    return ir_table(describe, search), building
 
 
 def inspect(
@@ -540,23 +549,63 @@ def _first_call(
             attempt += 1
 
 
+Waiting = Callable[[str, float], None]
+
+
 def settle(
-    client: ts.OTSClient, name: str, expected: Table | None, timeout_s: float = 300.0
+    client: ts.OTSClient,
+    name: str,
+    expected: Table | None,
+    timeout_s: float = 300.0,
+    on_wait: Waiting | None = None,
 ) -> bool:
     """Wait until table ``name`` looks as ``expected`` (None: gone), as index builds and drops
-    finish in the background on the service; False on timeout."""
-    deadline = time.monotonic() + timeout_s
+    finish in the background on the service, and its search indexes have finished their first
+    full sync; False when the table still differs after ``timeout_s``. A build that keeps going
+    is waited for as long as it takes. ``on_wait(what, elapsed_s)`` is called on every look that
+    finds something pending (it may raise to stop waiting)."""
+    started = time.monotonic()
     delay = 0.05
     while True:
+        building: list[str] = []
         try:
-            current: Table | None = inspect_table(client, name)
+            current, building = _describe(client, name)
         except ts.OTSServiceError as exc:
             if exc.code != "OTSObjectNotExist":
                 raise
             current = None
-        if current == expected:
+        differs = current != expected
+        if not differs and not building:
             return True
-        if time.monotonic() > deadline:
+        elapsed = time.monotonic() - started
+        if differs and elapsed > timeout_s:
             return False
+        if on_wait is not None:
+            on_wait(_pending(name, current, expected, building), elapsed)
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
+
+
+def _pending(name: str, current: Table | None, expected: Table | None, building: list[str]) -> str:
+    """What a settle wait is waiting for, in words."""
+    if expected is None:
+        return f"table {name} to be gone"
+    if current is None:
+        return f"table {name} to appear"
+    waits = []
+    live_indexes = {i.name: i for i in current.secondary_indexes}
+    for index in expected.secondary_indexes:
+        if live_indexes.get(index.name) != index:
+            waits.append(f"index {index.name}")
+    wanted = {i.name for i in expected.secondary_indexes}
+    waits += [f"index {i} to be dropped" for i in live_indexes if i not in wanted]
+    live_search = {i.name: i for i in current.search_indexes}
+    for search in expected.search_indexes:
+        if live_search.get(search.name) != search:
+            waits.append(f"search index {search.name}")
+    wanted = {i.name for i in expected.search_indexes}
+    waits += [f"search index {i} to be dropped" for i in live_search if i not in wanted]
+    waits += [f"search index {i} to finish building (full sync)" for i in building]
+    if not waits:
+        waits.append(f"table {name} to show the planned settings")
+    return f"{name}: " + ", ".join(waits)

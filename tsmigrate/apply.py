@@ -26,7 +26,7 @@ from tsmigrate.errors import ApplyRefused
 from tsmigrate.plan import Plan, make_plan, with_known_derivations
 from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
 from tsmigrate.schema import Catalog, physical
-from tsmigrate.state import STATE_TABLE, State
+from tsmigrate.state import STATE_TABLE, Lease, Lock, State
 
 RENEW_EVERY_S = 30.0  # apply's lock lease is renewed this often while a rewrite runs
 
@@ -43,6 +43,7 @@ class Outcome:
 
 
 Progress = Callable[[int, int, ops.Step], None]
+Waiting = Callable[[ops.Step, str, float], None]
 
 
 def _remembered(models: Catalog, live: Catalog, plan: Plan) -> Catalog:
@@ -90,8 +91,14 @@ def apply(
     progress: Progress | None = None,
     now: datetime | None = None,
     rewrite_settings: Any = None,
+    lock_timeout_s: float = 0.0,
+    on_lock_wait: Callable[[Lock], None] | None = None,
+    waiting: Waiting | None = None,
 ) -> Outcome:
-    """``now``: the time table families plan their months for (default: the current time)."""
+    """``now``: the time table families plan their months for (default: the current time).
+    ``lock_timeout_s``: how long to wait for a lock another apply holds (``on_lock_wait`` is
+    told who holds it); ``waiting(step, what, elapsed_s)`` is called while a step waits to
+    settle (an index build)."""
     from tsmigrate.rewrite import planned
 
     settings = rewrite_settings or planned.RewriteSettings()
@@ -106,62 +113,93 @@ def apply(
         prune = planned_prune  # the plan file carries the options it was planned with
     state = State(client)
     state.ensure_table()
-    note = state.acquire() or ""
+    note = state.acquire(lock_timeout_s, on_lock_wait) or ""
     try:
-        live = live_catalog(client)
-        plan = make_plan(live, models, prune=prune, now=now)
-        plan_id = plan.models_fingerprint[7:23]
-        if document is not None:
-            done = resume_point(document, plan.source_fingerprint)
-            if [step_json(s) for s in plan.steps] != planned_steps(document, done):
-                raise ApplyRefused("the live schema no longer leads to the planned steps; plan again")
-            plan_id = document["checksum"][7:23]
-            if done:
-                note = "; ".join(filter(None, [note, f"resuming after step {done} of the plan"]))
-        destructive = plan.by_risk(ops.DESTRUCTIVE)
-        if destructive and not allow_destructive:
-            listed = "; ".join(s.summary() for s in destructive)
-            raise ApplyRefused(
-                f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
+        # Renewed in the background from here on: index builds and rewrites may take long.
+        with state.keep_lease() as lease:
+            return _apply_locked(
+                client, models, state, lease, note, document=document, prune=prune, now=now,
+                allow_destructive=allow_destructive, confirm=confirm, progress=progress,
+                settings=settings, waiting=waiting,
             )
-        unsupported = [s for s in plan.steps
-                       if not adapter.can_execute(s) and not isinstance(s, ops.RewriteTable)]
-        if unsupported:
-            raise ApplyRefused(
-                f"{unsupported[0].summary()} needs an API this version cannot call yet; "
-                "nothing was changed"
-            )
-        settings = attrs.evolve(settings, report=_renewing(state, settings.report))
-        continued = planned.pending(client, live, models)
-        if not plan.has_changes:
-            state.save_catalog(_remembered(models, live, plan))
-            ready = tuple(planned.run(client, r.target, settings) for r in continued)
-            return Outcome(plan, 0, note, ready)
-        if not confirm(plan):
-            raise ApplyRefused("apply cancelled; nothing was changed")
-        predicted = physical(live)
-        ready = []
-        for number, step in enumerate(plan.steps, 1):
-            if progress is not None:
-                progress(number, len(plan.steps), step)
-            state.renew()
-            state.record(step, "started", plan_id=plan_id)
-            try:
-                if isinstance(step, ops.RewriteTable):
-                    # Rows move, the schema does not: the rewrite's own phases replace settling.
-                    planned.start(client, live, models, step)
-                    ready.append(planned.run(client, step.table, settings))
-                else:
-                    predicted = ops.transform(predicted, step)
-                    adapter.execute(client, step, predicted.table(step.table))
-                    if not adapter.settle(client, step.table, predicted.table(step.table)):
-                        raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
-            except Exception as exc:
-                state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
-                raise
-            state.record(step, "done", plan_id=plan_id)
-        ready += [planned.run(client, r.target, settings) for r in continued]
-        state.save_catalog(_remembered(models, live, plan))
-        return Outcome(plan, len(plan.steps), note, tuple(ready))
     finally:
         state.release()
+
+
+def _apply_locked(
+    client: Any, models: Catalog, state: State, lease: Lease, note: str, *,
+    document: Mapping[str, Any] | None, prune: bool, now: datetime | None, allow_destructive: bool,
+    confirm: Callable[[Plan], bool], progress: Progress | None, settings: Any,
+    waiting: Waiting | None,
+) -> Outcome:
+    from tsmigrate.rewrite import planned
+
+    interrupted = state.mark_interrupted()
+    if interrupted:
+        listed = "; ".join(f"{h['summary']} ({h['owner']})" for h in interrupted)
+        note = "; ".join(filter(None, [note, (
+            f"marked {len(interrupted)} step(s) an earlier apply left unfinished (it was "
+            f"killed) as interrupted: {listed}")]))
+    live = live_catalog(client)
+    plan = make_plan(live, models, prune=prune, now=now)
+    plan_id = plan.models_fingerprint[7:23]
+    if document is not None:
+        done = resume_point(document, plan.source_fingerprint)
+        if [step_json(s) for s in plan.steps] != planned_steps(document, done):
+            raise ApplyRefused("the live schema no longer leads to the planned steps; plan again")
+        plan_id = document["checksum"][7:23]
+        if done:
+            note = "; ".join(filter(None, [note, f"resuming after step {done} of the plan"]))
+    destructive = plan.by_risk(ops.DESTRUCTIVE)
+    if destructive and not allow_destructive:
+        listed = "; ".join(s.summary() for s in destructive)
+        raise ApplyRefused(
+            f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
+        )
+    unsupported = [s for s in plan.steps
+                   if not adapter.can_execute(s) and not isinstance(s, ops.RewriteTable)]
+    if unsupported:
+        raise ApplyRefused(
+            f"{unsupported[0].summary()} needs an API this version cannot call yet; "
+            "nothing was changed"
+        )
+    settings = attrs.evolve(settings, report=_renewing(state, settings.report))
+    continued = planned.pending(client, live, models)
+    if not plan.has_changes:
+        state.save_catalog(_remembered(models, live, plan))
+        ready = tuple(planned.run(client, r.target, settings) for r in continued)
+        return Outcome(plan, 0, note, ready)
+    if not confirm(plan):
+        raise ApplyRefused("apply cancelled; nothing was changed")
+    predicted = physical(live)
+    ready = []
+    for number, step in enumerate(plan.steps, 1):
+        if progress is not None:
+            progress(number, len(plan.steps), step)
+        lease.check()
+        state.record(step, "started", plan_id=plan_id)
+        try:
+            if isinstance(step, ops.RewriteTable):
+                # Rows move, the schema does not: the rewrite's own phases replace settling.
+                planned.start(client, live, models, step)
+                ready.append(planned.run(client, step.table, settings))
+            else:
+                predicted = ops.transform(predicted, step)
+                adapter.execute(client, step, predicted.table(step.table))
+
+                def settling(what: str, elapsed_s: float, step: ops.Step = step) -> None:
+                    lease.check()  # taken over meanwhile: stop here
+                    if waiting is not None:
+                        waiting(step, what, elapsed_s)
+
+                if not adapter.settle(client, step.table, predicted.table(step.table),
+                                      on_wait=settling):
+                    raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
+        except Exception as exc:
+            state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
+            raise
+        state.record(step, "done", plan_id=plan_id)
+    ready += [planned.run(client, r.target, settings) for r in continued]
+    lease.check()
+    state.save_catalog(_remembered(models, live, plan))
+    return Outcome(plan, len(plan.steps), note, tuple(ready))

@@ -17,6 +17,7 @@ from tsmigrate.commands.plan import plan
 from tsmigrate.commands.restore import restore
 from tsmigrate.commands.rewrite import rewrite
 from tsmigrate.commands.schema import lint, show, validate
+from tsmigrate.commands.unlock import unlock_command
 from tsmigrate.local.cli import local
 
 
@@ -28,7 +29,8 @@ def main() -> None:
     logging.getLogger("tablestore").setLevel(logging.ERROR)
 
 
-for command in (validate, show, lint, plan, apply_command, inspect_command, restore, rewrite, local):
+for command in (validate, show, lint, plan, apply_command, inspect_command, unlock_command, restore,
+                rewrite, local):
     main.add_command(command)
 
 

@@ -36,9 +36,12 @@ from tsmigrate.commands.common import (
               help="Run a rewrite's split tasks on this Dask scheduler (tcp://host:8786).")
 @click.option("--max-rows-per-s", type=click.FloatRange(min=1), default=None,
               help="Throttle a rewrite's backfill writes.")
+@click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=0,
+              metavar="SECONDS", help="Wait up to this long for a lock another apply holds "
+              "(default: fail at once).")
 @reports_errors
 def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
-                  allow_destructive, prune, workers, dask, max_rows_per_s):
+                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout):
     """Change the target to match the models (takes a lock, records history)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -74,6 +77,11 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         def progress(number, total, step) -> None:
             bar.update(task, total=total, completed=number - 1, description=step.summary()[:60])
 
+        def on_lock_wait(holder) -> None:
+            err_console.print(f"waiting up to {lock_timeout:.0f} s for the apply lock held by "
+                              f"{holder.describe()}", markup=False)
+
+        waits = SettleReport(err_console, bar, task)
         rewrite_progress = ApplyProgress(err_console)
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
             settings = RewriteSettings(
@@ -84,7 +92,9 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
             try:
                 outcome = apply(client, catalog, target_identity=target.identity, document=document,
                                 allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                                progress=progress, rewrite_settings=settings)
+                                progress=progress, rewrite_settings=settings,
+                                lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait,
+                                waiting=waits)
             finally:
                 rewrite_progress.close()
     if outcome.note:
@@ -97,3 +107,19 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         console.print(f"[bold]rewrite {rewrite.source} -> {rewrite.target}: {rewrite.phase}[/] "
                       "(copied, capturing changes, verified).")
         console.print(f"Next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)}")
+
+
+class SettleReport:
+    """Shows what a step waits for: in the progress bar, and as a line every ``every_s`` seconds
+    (from the first), so that logs without a terminal are not silent either."""
+
+    def __init__(self, console: Console, bar, task, every_s: float = 15.0):
+        self.console, self.bar, self.task, self.every_s = console, bar, task, every_s
+        self._next_line: dict[str, float] = {}
+
+    def __call__(self, step, what: str, elapsed_s: float) -> None:
+        self.bar.update(self.task, description=f"waiting for {what} ({elapsed_s:.0f} s)"[:80])
+        due = self._next_line.setdefault(step.summary(), 0.0)
+        if elapsed_s >= due:
+            self.console.print(f"  waiting for {what} ({elapsed_s:.0f} s)", markup=False)
+            self._next_line[step.summary()] = due + self.every_s

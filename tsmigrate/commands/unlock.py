@@ -1,0 +1,26 @@
+"""`tsmigrate unlock`: release the apply lock a killed or stuck apply left behind."""
+
+from __future__ import annotations
+
+import click
+
+from tsmigrate.commands.common import project_option, reports_errors, with_target
+
+
+@click.command(name="unlock")
+@project_option
+@with_target
+@click.option("--force", is_flag=True,
+              help="Also release a lock whose holder may still be running, or a malformed lock row.")
+@reports_errors
+def unlock_command(project, target_name, endpoint, instance, force):
+    """Release the apply lock (a live holder only with --force)."""
+    from tsmigrate import adapter
+    from tsmigrate.config import load_project
+    from tsmigrate.state import State
+    from tsmigrate.target import connect, resolve_target
+
+    proj = load_project(project)
+    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+    with adapter.service_errors(target.describe()), connect(proj, target) as client:
+        click.echo(State(client).unlock(force=force))
