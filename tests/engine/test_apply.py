@@ -158,8 +158,8 @@ def _apply_checking_every_step(client, models: Catalog):
     plans: list = []
     real_settle = adapter.settle
 
-    def settle_or_show(client, name, expected, timeout_s=300.0):
-        if real_settle(client, name, expected, timeout_s=10.0):
+    def settle_or_show(client, name, expected, timeout_s=300.0, on_wait=None):
+        if real_settle(client, name, expected, timeout_s=10.0, on_wait=on_wait):
             return True
         live = _live(client)
         current = next((t for t in live.tables if t.name == name), None)
