@@ -252,3 +252,14 @@ def test_a_month_without_a_table(snapshots):
     result = snapshots.batch_write(put=[snapshots.model(keyword="k", captured_at=far, rank=1),
                                         snapshots.model(keyword="k", captured_at=at(10, 1), rank=2)])
     assert result.written == 1 and result.failures[0].error_code == "OTSObjectNotExist"
+
+
+def test_a_model_key_finds_the_month_table(snapshots):
+    model = snapshots.model
+    snapshots.put(model(keyword="shoes", captured_at=at(10, 3), rank=4))
+    key = model.key(keyword="shoes", captured_at=at(10, 3))
+    assert snapshots.get(key).rank == 4
+    snapshots.update(key, set={"rank": 5})
+    assert snapshots.batch_get([key]).rows[0].rank == 5
+    snapshots.delete(key)
+    assert snapshots.get(keyword="shoes", captured_at=at(10, 3)) is None

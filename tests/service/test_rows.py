@@ -13,6 +13,7 @@ from tsmigrate.service import (
     ConditionFailed,
     Rows,
     RowValueError,
+    Update,
     VersionConflict,
 )
 from tsmigrate.service.codec import codec
@@ -178,3 +179,30 @@ def test_codec_matches_model_key_building():
     assert sorted(codec(Reading).row_attributes(row)) == sorted(row.attribute_columns())
     account = Account(user_id="z", balance=Decimal("1.05"), opened=OPENED)
     assert sorted(codec(Account).row_attributes(account)) == sorted(account.attribute_columns())
+
+
+def test_model_key_is_accepted_wherever_a_key_is_taken(readings):
+    """``Model.key(...)`` (derived columns computed) works for get, update, delete and batches."""
+    readings.put(Reading(device_id="dev-1", ts=1, battery=50))
+    readings.put(Reading(device_id="dev-1", ts=2, battery=60))
+    key = Reading.key(device_id="dev-1", ts=1)
+    assert readings.get(key).battery == 50
+    readings.update(key, set={"battery": 40})
+    assert readings.get(device_id="dev-1", ts=1).battery == 40
+    assert [r.battery for r in readings.batch_get([key, Reading.key(device_id="dev-1", ts=2)]).rows] \
+        == [40, 60]
+    readings.batch_write(update=[Update(key, increment={"battery": 1})]).raise_for_failures()
+    assert readings.get(key).battery == 41
+    readings.delete(key)
+    readings.batch_write(delete=[Reading.key(device_id="dev-1", ts=2)]).raise_for_failures()
+    assert readings.get(key) is None and readings.get(device_id="dev-1", ts=2) is None
+
+
+def test_a_key_that_is_not_the_models_says_what_to_pass(readings):
+    with pytest.raises(RowValueError, match=r"columns \['pk', 'ts'\], in that order "
+                                            r"\(build it with Reading\.key\(\.\.\.\)\)"):
+        readings.delete([("ts", 1)])
+    with pytest.raises(RowValueError, match=r"a mapping of its key fields or Reading\.key"):
+        readings.delete(5)
+    with pytest.raises(RowValueError, match="not both"):
+        readings.get(Reading.key(device_id="d", ts=1), ts=1)

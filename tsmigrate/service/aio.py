@@ -18,6 +18,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
+from tsmigrate.service.rows import Key
 
 M = TypeVar("M", bound=Model)
 
@@ -33,11 +34,13 @@ class AsyncRows(Generic[M]):
     async def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
         return await arun(self.client, rows.put_op(self.codec, row, condition, expect))
 
-    async def get(self, *, columns: Iterable[str] | None = None, **key: Any) -> M | None:
-        return await arun(self.client, rows.get_op(self.codec, key, columns))
+    async def get(self, key: Key | None = None, /, *, columns: Iterable[str] | None = None,
+                  **fields: Any) -> M | None:
+        return await arun(self.client,
+                          rows.get_op(self.codec, rows.key_or_fields(key, fields), columns))
 
     async def update(
-        self, target: M | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+        self, target: M | Mapping[str, Any] | Key, *, set: Mapping[str, Any] | None = None,
         delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
         condition: Condition | None = None, expect: str = "ignore",
     ) -> None:
@@ -45,7 +48,7 @@ class AsyncRows(Generic[M]):
                                                increment=increment, condition=condition,
                                                expect=expect))
 
-    async def delete(self, target: M | Mapping[str, Any], *, condition: Condition | None = None,
+    async def delete(self, target: M | Mapping[str, Any] | Key, *, condition: Condition | None = None,
                      expect: str = "ignore") -> None:
         await arun(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
 
@@ -54,12 +57,12 @@ class AsyncRows(Generic[M]):
 
     async def batch_write(
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
-        delete: Iterable[M | Mapping[str, Any]] = (),
+        delete: Iterable[M | Mapping[str, Any] | Key] = (),
     ) -> batch.BatchResult:
         return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
 
     async def batch_get(
-        self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
+        self, keys: Iterable[M | Mapping[str, Any] | Key], *, columns: Iterable[str] | None = None
     ) -> batch.BatchGetResult:
         return await arun(self.client, batch.get_op(self.codec, keys, columns, self.retry))
 

@@ -31,9 +31,10 @@ from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
 from tsmigrate.service.rows import (
+    RowTarget,
     columns_to_get,
     expectation,
-    key_values,
+    located,
     update_row_cells,
     version_guard,
 )
@@ -49,7 +50,7 @@ _BYTES_BUDGET = int(WRITE_BYTES * 0.9)
 class Update:
     """One row of a batch update: the row (or its key fields) and the changes."""
 
-    target: Model | Mapping[str, Any]
+    target: RowTarget
     set: Mapping[str, Any] | None = None
     delete: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     increment: Mapping[str, int] | None = None
@@ -176,19 +177,17 @@ def _put_item(codec: ModelCodec, row: Model) -> WriteItem:
 def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
     if not isinstance(update, Update):
         raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
-    values = key_values(codec, update.target)
-    key = codec.key(values)
+    _, table, key = located(codec, update.target)
     cells = update_row_cells(codec, update.set, update.delete, update.increment)
     condition = md.Condition(expectation(update.expect), sdk_condition(update.condition, codec))
     flat = [c if isinstance(c, tuple) else (c,) for group in cells.values() for c in group]
-    return WriteItem("update", update, codec.table_for(values), key,
+    return WriteItem("update", update, table, key,
                  md.UpdateRowItem(md.Row(key, cells), condition), flat)
 
 
-def _delete_item(codec: ModelCodec, target: Model | Mapping[str, Any]) -> WriteItem:
-    values = key_values(codec, target)
-    key = codec.key(values)
-    return WriteItem("delete", target, codec.table_for(values), key,
+def _delete_item(codec: ModelCodec, target: RowTarget) -> WriteItem:
+    _, table, key = located(codec, target)
+    return WriteItem("delete", target, table, key,
                  md.DeleteRowItem(md.Row(key), _IGNORE), ())
 
 
@@ -333,14 +332,14 @@ def _count_attempt(chunk: list[WriteItem], code: str, message: str) -> list[Writ
 
 
 def get_op(
-    codec: ModelCodec, targets: Iterable[Model | Mapping[str, Any]],
+    codec: ModelCodec, targets: Iterable[RowTarget],
     columns: Iterable[str] | None = None, retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = GET_ROWS,
 ) -> Op[BatchGetResult]:
     keyed = []
     for target in targets:
-        values = key_values(codec, target)
-        keyed.append((target, codec.table_for(values), codec.key(values)))
+        _, table, key = located(codec, target)
+        keyed.append((target, table, key))
     return (yield from get_keys_op(codec, keyed, columns, retry, max_rows))
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tablestore import OTSServiceError
@@ -63,14 +63,49 @@ def _and(a: Condition | None, b: Condition | None) -> Condition | None:
     return a if b is None else a & b
 
 
-def key_values(codec: ModelCodec, target: Model | Mapping[str, Any]) -> dict[str, Any]:
-    """Field values of a row given as a model instance or as a mapping of fields."""
+Key = Sequence[tuple[str, Any]]  # a primary key as Model.key(...) returns it
+RowTarget = Model | Mapping[str, Any] | Key
+
+
+def key_or_fields(key: Key | None, fields: dict[str, Any]) -> RowTarget:
+    """``get``'s key: ``Model.key(...)`` given positionally, or the key fields as keywords."""
+    if key is None:
+        return fields
+    if fields:
+        raise RowValueError(f"give the key or its fields, not both (got {key!r} and {fields!r})")
+    return key
+
+
+def located(codec: ModelCodec, target: RowTarget) -> tuple[dict[str, Any], str, list[tuple[str, Any]]]:
+    """(field values, table, primary key) of a row given as a model instance, a mapping of its
+    fields, or a primary key as ``Model.key(...)`` returns it."""
     if isinstance(target, Model):
         codec.check_model(target)
-        return target.__dict__
-    if isinstance(target, Mapping):
-        return dict(target)
-    raise RowValueError(f"expected a {codec.name} row or a mapping of its key fields, got {target!r}")
+        values = target.__dict__
+    elif isinstance(target, Mapping):
+        values = dict(target)
+    elif isinstance(target, (list, tuple)) and all(
+        isinstance(cell, tuple) and len(cell) == 2 for cell in target
+    ):
+        return _from_key(codec, list(target))
+    else:
+        raise RowValueError(
+            f"expected a {codec.name} row, a mapping of its key fields or {codec.name}.key(...), "
+            f"got {target!r}"
+        )
+    return values, codec.table_for(values), codec.key(values)
+
+
+def _from_key(codec: ModelCodec, key: list[tuple[str, Any]]) -> tuple[dict[str, Any], str, list]:
+    """A primary key built by ``Model.key``: used as it is; its fields locate a family's month."""
+    expected = [column.column for column in codec.key_columns]
+    if [name for name, _ in key] != expected:
+        raise RowValueError(
+            f"{codec.name}: a primary key has the columns {expected}, in that order "
+            f"(build it with {codec.name}.key(...)), got {key!r}"
+        )
+    values = codec.to_model(key, ()).__dict__
+    return values, codec.table_for(values), key
 
 
 def columns_to_get(codec: ModelCodec, fields: Iterable[str] | None) -> list[str] | None:
@@ -88,11 +123,11 @@ def version_guard(codec: ModelCodec, row: Model) -> tuple[str, Condition | None,
 
 
 def get_op(
-    codec: ModelCodec, values: Mapping[str, Any], columns: Iterable[str] | None = None,
+    codec: ModelCodec, values: RowTarget, columns: Iterable[str] | None = None,
     table: str | None = None,
 ) -> Op[Model | None]:
-    table = table or codec.table_for(values)
-    key = codec.key(values)
+    _, located_table, key = located(codec, values)
+    table = table or located_table
     try:
         _, row, _ = yield Call("get_row", table, key, columns_to_get(codec, columns), None, 1)
     except OTSServiceError as exc:
@@ -180,13 +215,11 @@ def update_row_cells(
 
 
 def update_op(
-    codec: ModelCodec, target: Model | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+    codec: ModelCodec, target: RowTarget, *, set: Mapping[str, Any] | None = None,
     delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
     condition: Condition | None = None, expect: str = "ignore",
 ) -> Op[None]:
-    values = key_values(codec, target)
-    table = codec.table_for(values)
-    key = codec.key(values)
+    values, table, key = located(codec, target)
     cells = update_row_cells(codec, set, delete, increment)
     if not cells:
         raise RowValueError(
@@ -221,12 +254,10 @@ def update_op(
 
 
 def delete_op(
-    codec: ModelCodec, target: Model | Mapping[str, Any], *, condition: Condition | None = None,
+    codec: ModelCodec, target: RowTarget, *, condition: Condition | None = None,
     expect: str = "ignore",
 ) -> Op[None]:
-    values = key_values(codec, target)
-    table = codec.table_for(values)
-    key = codec.key(values)
+    values, table, key = located(codec, target)
     existence = expectation(expect)
     expected = values.get(codec.version) if codec.version and isinstance(target, Model) else None
     if expected is not None:

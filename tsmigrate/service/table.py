@@ -20,6 +20,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import run, stream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
+from tsmigrate.service.rows import Key
 
 M = TypeVar("M", bound=Model)
 
@@ -38,19 +39,21 @@ class Rows(Generic[M]):
         """Write the whole row (columns set to None are not stored)."""
         return run(self.client, rows.put_op(self.codec, row, condition, expect))
 
-    def get(self, *, columns: Iterable[str] | None = None, **key: Any) -> M | None:
-        """The row with this key (natural fields; derived key columns are computed), or None."""
-        return run(self.client, rows.get_op(self.codec, key, columns))
+    def get(self, key: Key | None = None, /, *, columns: Iterable[str] | None = None,
+            **fields: Any) -> M | None:
+        """The row with this key (natural fields, derived key columns computed; or the
+        ``Model.key(...)`` of it), or None."""
+        return run(self.client, rows.get_op(self.codec, rows.key_or_fields(key, fields), columns))
 
     def update(
-        self, target: M | Mapping[str, Any], *, set: Mapping[str, Any] | None = None,
+        self, target: M | Mapping[str, Any] | Key, *, set: Mapping[str, Any] | None = None,
         delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
         condition: Condition | None = None, expect: str = "ignore",
     ) -> None:
         run(self.client, rows.update_op(self.codec, target, set=set, delete=delete,
                                         increment=increment, condition=condition, expect=expect))
 
-    def delete(self, target: M | Mapping[str, Any], *, condition: Condition | None = None,
+    def delete(self, target: M | Mapping[str, Any] | Key, *, condition: Condition | None = None,
                expect: str = "ignore") -> None:
         run(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
 
@@ -62,12 +65,12 @@ class Rows(Generic[M]):
 
     def batch_write(
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
-        delete: Iterable[M | Mapping[str, Any]] = (),
+        delete: Iterable[M | Mapping[str, Any] | Key] = (),
     ) -> batch.BatchResult:
         return run(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
 
     def batch_get(
-        self, keys: Iterable[M | Mapping[str, Any]], *, columns: Iterable[str] | None = None
+        self, keys: Iterable[M | Mapping[str, Any] | Key], *, columns: Iterable[str] | None = None
     ) -> batch.BatchGetResult:
         return run(self.client, batch.get_op(self.codec, keys, columns, self.retry))
 
