@@ -156,14 +156,18 @@ def test_restore_of_a_missing_or_broken_archive_is_a_clear_error(ots_instance, t
         stream.write(json.dumps({"format": 1, "table": "t", "schema": {}}) + "\n")
     env = {**os.environ, "ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret}
+    not_gzip = tmp_path / "y.jsonl.gz"
+    not_gzip.write_text("garbage\n")
     for source, message in ((tmp_path / "missing.jsonl.gz", "no such archive"),
-                            (broken, "cut short")):
+                            (broken, "cut short"),
+                            (not_gzip, "y.jsonl.gz cannot be read as an archive: Not a gzipped"),
+                            (tmp_path, "cannot be read as an archive: [Errno 21] Is a directory")):
         done = subprocess.run(
             [sys.executable, "-m", "tsmigrate.cli", "restore", str(source),
              "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-        assert done.returncode == 1 and message in done.stderr
-        assert "Traceback" not in done.stderr
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "cannot reach" not in done.stderr
 
 
 def test_family_declaration_problems_are_reported():

@@ -113,12 +113,16 @@ def archive_table(client: Any, table: Table, location: str, progress: Progress |
 
 
 def _lines(location: str) -> Iterator[Any]:
-    with open_archive(location, "r") as stream:
-        for number, line in enumerate(stream, 1):
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                raise ArchiveError(f"{location}, line {number}: not JSON") from None
+    try:
+        with open_archive(location, "r") as stream:
+            for number, line in enumerate(stream, 1):
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    raise ArchiveError(f"{location}, line {number}: not JSON") from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        # A directory, a file that is not gzip, one cut short: the file is at fault, not the target.
+        raise ArchiveError(f"{location} cannot be read as an archive: {exc}") from None
 
 
 def read_archive(location: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
