@@ -127,3 +127,11 @@ def test_search_index_queries_sorts_and_total(readings):
     assert len(list(readings.search("finder", sort=["ts"]))) == 250
     assert [r.ts for r in readings.search("finder", sort=["ts"], limit=5)] == [0, 1, 2, 3, 4]
     assert readings.count("finder", battery=Exists()) == 250
+
+
+def test_a_search_index_the_model_does_not_declare_is_a_query_error(readings):
+    with pytest.raises(QueryError, match="Reading declares no search index 'findr'; search "
+                                         "indexes: finder"):
+        list(readings.search("findr", serial="S1"))
+    with pytest.raises(QueryError, match="no search index 'findr'"):
+        readings.count("findr")

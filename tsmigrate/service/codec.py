@@ -23,6 +23,7 @@ from tsmigrate.model import (
     Column,
     Model,
     PrimaryKey,
+    SearchIndex,
     _SecondaryIndex,
     python_value,
     stored_value,
@@ -107,6 +108,9 @@ class ModelCodec:
         self.indexes = {
             (d.index_name or d.name): d for d in model._declared(_SecondaryIndex)
         }
+        self.search_indexes = sorted(
+            d.index_name or d.name for d in model._declared(SearchIndex)
+        )
 
     # -- values --------------------------------------------------------------------------------
 

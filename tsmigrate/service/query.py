@@ -489,15 +489,20 @@ def _search_sort(codec: ModelCodec, sort: Iterable[str] | None) -> md.Sort | Non
     return md.Sort(sorters=sorters)
 
 
-def _check_search(codec: ModelCodec) -> None:
+def _check_search(codec: ModelCodec, index: str) -> None:
     if codec.family is not None:
         raise QueryError(
             f"{codec.name} is a table family: search its month tables' indexes one by one"
         )
+    if index not in codec.search_indexes:
+        raise QueryError(
+            f"{codec.name} declares no search index {index!r}; search indexes: "
+            f"{', '.join(codec.search_indexes) or 'none'}"
+        )
 
 
 def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None]:
-    _check_search(codec)
+    _check_search(codec, index)
     query = _search_query(codec, spec)
     sort = _search_sort(codec, spec.get("sort"))
     limit = spec.get("limit")
@@ -526,7 +531,7 @@ def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None
 
 
 def count_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[int]:
-    _check_search(codec)
+    _check_search(codec, index)
     request = md.SearchQuery(_search_query(codec, spec), limit=0, get_total_count=True)
     response = yield Call("search", codec.table, index, request,
                           md.ColumnsToGet(return_type=md.ColumnReturnType.NONE))
