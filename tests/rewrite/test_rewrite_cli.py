@@ -123,6 +123,24 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
     assert unknown.returncode == 1 and "no rewrite into or out of nosuch" in unknown.stderr
 
 
+def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_path, ots_instance):
+    """The first finish says "drop it with finish --allow-destructive": that works once done."""
+    project = _source(tmp_path, ots_instance, 50)
+    assert _run(project, ots_instance, "apply", "--yes").returncode == 0
+    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    assert kept.returncode == 0 and "drop it with finish --allow-destructive" in kept.stdout
+    assert "readings" in ots_instance.client().list_table()
+    again = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    assert again.returncode == 1
+    assert "already done; finish --allow-destructive drops readings" in again.stderr
+    dropped = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                   "--allow-destructive")
+    assert dropped.returncode == 0, dropped.stderr
+    assert "readings dropped" in dropped.stdout
+    assert "readings" not in ots_instance.client().list_table()
+    assert len(rt.read_all(ots_instance.client(), rt.TARGET)) == 50
+
+
 def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
     project = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0

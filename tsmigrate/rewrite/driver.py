@@ -387,6 +387,17 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
 def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
            report: Report = quiet) -> machine.Rewrite:
     rewrite = runner.rewrite
+    if rewrite.phase == machine.DONE:
+        # Finished earlier with the old table kept: --allow-destructive now drops it, as the
+        # message of that finish says.
+        if allow_destructive and rewrite.source in client.list_table():
+            drop_table(client, rewrite.source)
+            return runner.save(source_dropped=True)
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is already done"
+            + ("" if allow_destructive else
+               f"; finish --allow-destructive drops {rewrite.source} if it is still there")
+        )
     if rewrite.phase == machine.READY:
         runner.save(phase=machine.FINISHING)
     elif rewrite.phase != machine.FINISHING:
