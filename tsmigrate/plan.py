@@ -224,6 +224,34 @@ def _drop_steps(table: Table) -> list[ops.Step]:
     return [*steps, ops.DropTable(table.name)]
 
 
+def _index_names_taken(target: Catalog, live: Catalog) -> list[Problem]:
+    """A secondary index is a table of the instance: its name cannot be one another table or
+    another table's index holds or gets (a new table that keeps its old table's index names,
+    a family whose months would share one index name)."""
+    holders = {t.name: f"table {t.name}" for t in live.tables}
+    for table in live.tables:
+        for index in table.secondary_indexes:
+            holders[index.name] = f"secondary index {index.name} of table {table.name}"
+    live_indexes = {t.name: {i.name for i in t.secondary_indexes} for t in live.tables}
+    problems = []
+    for table in target.tables:
+        for index in table.secondary_indexes:
+            holder = holders.get(index.name)
+            if holder is None:  # declared by an earlier table of the plan (a family's months)
+                holders[index.name] = f"secondary index {index.name} of table {table.name}"
+                continue
+            if index.name in live_indexes.get(table.name, ()):
+                continue
+            problems.append(Problem(
+                table=table.name, field=f"index {index.name}", rule="plan.index-name-taken",
+                message=f"the instance has or gets {holder}; index names are unique in the "
+                "instance (an index is a table)",
+                fix=f"give the index another name, e.g. name='{table.name}_{index.name}'",
+                model=table.source,
+            ))
+    return problems
+
+
 def make_plan(
     live: Catalog, target: Catalog, *, prune: bool = False, now: datetime | None = None
 ) -> Plan:
@@ -265,6 +293,7 @@ def make_plan(
         if source is not None:
             change = key_change(source, table) or "the table gets a new name"
             steps.append(ops.RewriteTable(table.name, source.name, change))
+    problems.extend(_index_names_taken(target, live))
     if problems:
         raise SchemaError(problems)
 
