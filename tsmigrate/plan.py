@@ -92,9 +92,8 @@ def key_change(live: Table, target: Table) -> str | None:
         )
     for old, new in zip(live.primary_key, target.primary_key, strict=True):
         if old.derivation is not None and old.derivation != new.derivation:
-            was = type(old.derivation).__name__
-            now = type(new.derivation).__name__ if new.derivation else "a plain value"
-            return f"key column {new.name} is derived differently ({was} {old.derivation.to_dict()} -> {now})"
+            now = repr(new.derivation) if new.derivation else "a plain value"
+            return f"key column {new.name} is derived differently ({old.derivation!r} -> {now})"
     return None
 
 
