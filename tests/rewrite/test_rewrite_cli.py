@@ -127,6 +127,11 @@ def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_p
     """The first finish says "drop it with finish --allow-destructive": that works once done."""
     project = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "apply", "--yes").returncode == 0
+    assert _run(project, ots_instance, "rewrite", "pause", "readings_by_seq").returncode == 0
+    paused = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    assert paused.returncode == 1 and ("is paused; finish needs phase ready (next: tsmigrate "
+                                       "rewrite resume readings_by_seq)") in paused.stderr
+    assert _run(project, ots_instance, "rewrite", "resume", "readings_by_seq").returncode == 0
     kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
     assert kept.returncode == 0 and "drop it with finish --allow-destructive" in kept.stdout
     assert "readings" in ots_instance.client().list_table()

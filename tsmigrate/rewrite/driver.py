@@ -31,6 +31,7 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import copy, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
+from tsmigrate.rewrite.progress import NEXT_STEP
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
@@ -403,7 +404,7 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     elif rewrite.phase != machine.FINISHING:
         raise machine.RewriteError(
             f"the rewrite into {rewrite.target} is {rewrite.phase}; finish needs phase ready "
-            "(tsmigrate apply takes it there)"
+            f"(next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)})"
         )
     job = job_of(runner.rewrite)
     try:
