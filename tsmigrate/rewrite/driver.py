@@ -404,7 +404,9 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     elif rewrite.phase != machine.FINISHING:
         raise machine.RewriteError(
             f"the rewrite into {rewrite.target} is {rewrite.phase}; finish needs phase ready "
-            f"(next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)})"
+            + (f"(it failed: {rewrite.get('error') or 'see tsmigrate rewrite status'})"
+               if rewrite.phase == machine.FAILED else
+               f"(next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)})")
         )
     job = job_of(runner.rewrite)
     try:
