@@ -183,6 +183,9 @@ def test_collisions_stop_the_rewrite_before_ready(ots_instance):
     rewrite = machine.load(client, TARGET.name)
     assert rewrite.phase == machine.FAILED and rewrite.resume_to == machine.CATCH_UP
     assert "collision" in rewrite.error and "dev-" in rewrite.error
+    with _runner(client) as runner, pytest.raises(
+            machine.RewriteError, match=r"is failed; finish needs phase ready \(it failed: .*collision"):
+        driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
 
 
 def test_abort_drops_the_target_and_leaves_the_source_as_it_was(ots_instance):
