@@ -131,6 +131,9 @@ def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_p
     paused = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
     assert paused.returncode == 1 and ("is paused; finish needs phase ready (next: tsmigrate "
                                        "rewrite resume readings_by_seq)") in paused.stderr
+    follow = _run(project, ots_instance, "rewrite", "follow", "readings_by_seq", "--for", "1")
+    assert follow.returncode == 1 and ("is paused; follow runs in phase ready (next: tsmigrate "
+                                       "rewrite resume readings_by_seq)") in follow.stderr
     assert _run(project, ots_instance, "rewrite", "resume", "readings_by_seq").returncode == 0
     kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
     assert kept.returncode == 0 and "drop it with finish --allow-destructive" in kept.stdout

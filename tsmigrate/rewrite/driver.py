@@ -364,10 +364,7 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
     """Keep capture running (ready phase) for ``seconds`` (None: until interrupted)."""
     rewrite = runner.rewrite
     if rewrite.phase != machine.READY:
-        raise machine.RewriteError(
-            f"the rewrite into {rewrite.target} is {rewrite.phase}; follow runs in phase ready "
-            "(tsmigrate apply takes it there)"
-        )
+        raise not_ready(rewrite, "follow runs in phase ready")
     capture = make_capture(client, rewrite)
     deadline = None if seconds is None else time.monotonic() + seconds
     last_save = 0.0
@@ -383,6 +380,17 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
     finally:
         with contextlib.suppress(machine.RewriteError):
             _save_capture(runner, capture)
+
+
+def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
+    """A command that needs phase ready: say which phase it is in and what gets it on."""
+    if rewrite.phase == machine.FAILED:
+        why = f"it failed: {rewrite.get('error') or 'see tsmigrate rewrite status'}"
+    else:
+        why = f"next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)}"
+    return machine.RewriteError(
+        f"the rewrite into {rewrite.target} is {rewrite.phase}; {needs} ({why})"
+    )
 
 
 def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
@@ -402,12 +410,7 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     if rewrite.phase == machine.READY:
         runner.save(phase=machine.FINISHING)
     elif rewrite.phase != machine.FINISHING:
-        raise machine.RewriteError(
-            f"the rewrite into {rewrite.target} is {rewrite.phase}; finish needs phase ready "
-            + (f"(it failed: {rewrite.get('error') or 'see tsmigrate rewrite status'})"
-               if rewrite.phase == machine.FAILED else
-               f"(next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)})")
-        )
+        raise not_ready(rewrite, "finish needs phase ready")
     job = job_of(runner.rewrite)
     try:
         capture = make_capture(client, runner.rewrite)
