@@ -135,3 +135,28 @@ def test_a_search_index_the_model_does_not_declare_is_a_query_error(readings):
         list(readings.search("findr", serial="S1"))
     with pytest.raises(QueryError, match="no search index 'findr'"):
         readings.count("findr")
+
+
+def test_fetch_missing_reads_the_table_by_a_datetime_key(ots_instance):
+    """The table key read back from an index row is a datetime: sent as epoch ms again."""
+    from datetime import datetime, timedelta, timezone
+
+    from tsmigrate import Column, GlobalIndex, Model, PrimaryKey
+    from tsmigrate.service import create_tables
+
+    class Visit(Model, table="svc_visits"):
+        user = PrimaryKey(str)
+        at = PrimaryKey(datetime)
+        page = Column(str, defined=True)
+        referrer = Column(str)
+        by_page = GlobalIndex(keys=["page"])
+
+    client = ots_instance.client()
+    create_tables(client, [Visit])
+    visits = Rows(Visit, client, retry=FAST)
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for i in range(3):
+        visits.put(Visit(user="ann", at=start + timedelta(minutes=i), page="/home", referrer=f"r{i}"))
+    found = list(visits.query(index="by_page", page="/home", fetch_missing=True))
+    assert [(v.at, v.referrer) for v in found] == [
+        (start + timedelta(minutes=i), f"r{i}") for i in range(3)]

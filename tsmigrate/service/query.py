@@ -344,7 +344,10 @@ def _complete(codec: ModelCodec, models: list[Model], query: Query) -> Op[list[M
     keyed = []
     for model in models:
         values = model.__dict__
-        key = [(k.column, values.get(codec.by_column[k.column].name)) for k in codec.key_columns]
+        key = []
+        for k in codec.key_columns:
+            name = codec.by_column[k.column].name
+            key.append((k.column, _stored_order(codec, name, values.get(name))))  # datetime: ms
         keyed.append((model, codec.table, key))
     result = yield from batch.get_keys_op(codec, keyed, query.columns)
     completed = []
