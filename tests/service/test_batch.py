@@ -93,6 +93,21 @@ def test_versioned_batch_put_sets_versions_and_reports_conflicts(accounts):
     assert result.failures[0].row is stale and result.failures[0].error_code == "OTSConditionCheckFail"
 
 
+def test_versioned_batch_updates_and_deletes_are_guarded_by_the_rows_version(accounts):
+    """Optimistic locking covers every write, batch updates and deletes included."""
+    accounts.put(Account(user_id="ann"))
+    mine, stale = accounts.get(user_id="ann"), accounts.get(user_id="ann")
+    assert accounts.batch_write(update=[Update(mine, set={"visits": 1})]).ok
+    assert mine.version == 2 and accounts.get(user_id="ann").version == 2
+    lost = accounts.batch_write(update=[Update(stale, set={"visits": 9})])
+    assert [f.error_code for f in lost.failures] == ["OTSConditionCheckFail"]
+    assert lost.failures[0].row.target is stale
+    refused = accounts.batch_write(delete=[stale])
+    assert [f.error_code for f in refused.failures] == ["OTSConditionCheckFail"]
+    assert accounts.get(user_id="ann").visits == 1
+    assert accounts.batch_write(delete=[mine]).ok and accounts.get(user_id="ann") is None
+
+
 def test_later_writes_to_a_key_wait_for_its_retried_write(readings, ots_server_options):
     ots_server_options.faults = FaultPlan.parse("batch_row=0.3,seed=2")
     first = (Reading(device_id="d", ts=i, battery=1) for i in range(300))

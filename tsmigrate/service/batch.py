@@ -28,7 +28,7 @@ from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
 from tsmigrate.service.backoff import call_retryable, code_of, delay, row_retryable
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
-from tsmigrate.service.conditions import Condition, sdk_condition
+from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
 from tsmigrate.service.rows import (
     RowTarget,
@@ -179,16 +179,25 @@ def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
         raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
     _, table, key = located(codec, update.target)
     cells = update_row_cells(codec, update.set, update.delete, update.increment)
-    condition = md.Condition(expectation(update.expect), sdk_condition(update.condition, codec))
+    existence, guard, after = expectation(update.expect), update.condition, None
+    if codec.version and isinstance(update.target, Model):  # optimistic locking, as update()
+        existence, version, after = version_guard(codec, update.target)
+        guard = version if guard is None or version is None else version & guard
+        cells.setdefault(md.UpdateType.PUT, []).append((codec.version_column, after))
+    condition = md.Condition(existence, sdk_condition(guard, codec))
     flat = [c if isinstance(c, tuple) else (c,) for group in cells.values() for c in group]
     return WriteItem("update", update, table, key,
-                 md.UpdateRowItem(md.Row(key, cells), condition), flat)
+                 md.UpdateRowItem(md.Row(key, cells), condition), flat, after)
 
 
 def _delete_item(codec: ModelCodec, target: RowTarget) -> WriteItem:
     _, table, key = located(codec, target)
-    return WriteItem("delete", target, table, key,
-                 md.DeleteRowItem(md.Row(key), _IGNORE), ())
+    condition = _IGNORE
+    if codec.version and isinstance(target, Model) and target.__dict__.get(codec.version) is not None:
+        # Optimistic locking, as delete(): only the version the row carries is deleted.
+        condition = md.Condition(md.RowExistenceExpectation.EXPECT_EXIST, sdk_condition(
+            Attr(codec.version) == target.__dict__[codec.version], codec))
+    return WriteItem("delete", target, table, key, md.DeleteRowItem(md.Row(key), condition), ())
 
 
 def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
@@ -305,7 +314,8 @@ def write_items_op(
                     if answer.is_ok:
                         result.written += 1
                         if item.after is not None and codec is not None:
-                            item.source.__dict__[codec.version] = item.after
+                            row = item.source.target if item.action == "update" else item.source
+                            row.__dict__[codec.version] = item.after
                         settled(item)
                     elif row_retryable(answer.error_code, item.repeatable):
                         item.error = (answer.error_code, answer.error_message)
