@@ -41,6 +41,8 @@ def _attribute(name: str, taken: set[str]) -> tuple[str, str]:
 def class_name(table: str) -> str:
     words = [w for w in re.split(r"_+", table) if w]
     name = "".join(w[:1].upper() + w[1:] for w in words) or "Table"
+    if keyword.iskeyword(name):  # table "_False" -> class False: not a valid class name
+        return f"{name}Table"
     return name if name[0].isalpha() else f"T{name}"
 
 
