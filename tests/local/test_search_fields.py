@@ -12,21 +12,34 @@ from tablestore import (
     BatchWriteRowRequest,
     BoolQuery,
     CapacityUnit,
+    Collapse,
     ColumnReturnType,
     ColumnsToGet,
     Condition,
     FieldSchema,
     FieldType,
+    FieldValueFactor,
+    FunctionScoreQuery,
     GeoBoundingBoxQuery,
     GeoDistanceQuery,
+    GeoHashPrecision,
     GeoPolygonQuery,
+    GroupByComposite,
+    GroupByField,
+    GroupByGeoGrid,
+    Highlight,
+    HighlightEncoder,
+    HighlightFragmentOrder,
+    HighlightParameter,
     KnnVectorQuery,
+    MatchAllQuery,
     MatchPhraseQuery,
     MatchQuery,
     NestedQuery,
     OTSClient,
     OTSServiceError,
     Percentiles,
+    PrimaryKeySort,
     PutRowItem,
     QueryOperator,
     RangeQuery,
@@ -225,3 +238,80 @@ def test_single_word_splits_chinese_into_characters(ots_client: OTSClient) -> No
     assert count(TermQuery("t", "岛")) == 2
     assert count(MatchPhraseQuery("t", "厘岛")) == 1
     assert count(MatchQuery("t", "beach")) == 1
+
+
+PAGES = [("http://a.com/001.html", "forum", "求推荐几款菊花茶店铺", 25),
+         ("http://b.com/news/001.html", "news", "秋天最适合饮用的几种花茶", 30),
+         ("http://a.com/011.html", "forum", "苕溪边上有一大片野生菊花", 100),
+         ("http://a.com/019.html", "forum", "菊花茶是一款大部分人都适合的经典花茶。Fresh tea, hot tea!", 120)]
+
+
+@pytest.fixture
+def pages(ots_client: OTSClient) -> OTSClient:
+    """The SDK's full_text_search_test data: titles segmented by max_word."""
+    ots_client.create_table(TableMeta("web", [("url", "STRING")]), TableOptions(),
+                            ReservedThroughput(CapacityUnit(0, 0)))
+    ots_client.create_search_index("web", "idx", SearchIndexMeta([
+        FieldSchema("url", FieldType.KEYWORD, index=True, enable_sort_and_agg=True),
+        FieldSchema("title", FieldType.TEXT, index=True, analyzer=AnalyzerType.MAXWORD,
+                    enable_highlighting=True),
+        FieldSchema("type", FieldType.KEYWORD, index=True, enable_sort_and_agg=True),
+        FieldSchema("pv", FieldType.LONG, index=True, enable_sort_and_agg=True),
+        FieldSchema("author", FieldType.TEXT, index=True),
+    ]))
+    for url, kind, title, pv in PAGES:
+        ots_client.put_row("web", Row([("url", url)], [("type", kind), ("title", title), ("pv", pv)]))
+    return ots_client
+
+
+def test_max_word_matches_as_the_sdk_test_expects(pages: OTSClient) -> None:
+    def count(query: Any) -> int:
+        return pages.search("web", "idx", SearchQuery(query, get_total_count=True), ALL).total_count
+
+    assert count(MatchQuery("title", "菊花茶")) == 4
+    assert count(MatchQuery("title", "梨花茶")) == 3
+    assert count(MatchQuery("title", "花茶")) == 3
+    assert count(MatchQuery("title", "菊花")) == 3
+    assert count(MatchQuery("title", "饮用花茶", operator=QueryOperator.AND)) == 1
+    assert count(MatchQuery("title", "饮用花茶", operator=QueryOperator.OR)) == 3
+    assert count(MatchQuery("title", "饮用花茶", operator=QueryOperator.OR, minimum_should_match=2)) == 1
+    assert count(MatchPhraseQuery("title", "野生菊花")) == 1
+    assert count(MatchPhraseQuery("title", "秋天菊花")) == 0
+
+
+def test_highlighting(pages: OTSClient) -> None:
+    param = HighlightParameter("title", 1, 18, "<b>", "</b>", HighlightFragmentOrder.TEXT_SEQUENCE)
+    query = SearchQuery(FunctionScoreQuery(MatchQuery("title", "花茶"), FieldValueFactor("pv")),
+                        sort=Sort([PrimaryKeySort()]),
+                        highlight=Highlight([param], HighlightEncoder.PLAIN_MODE))
+    response = pages.search("web", "idx", query, ColumnsToGet(["title"], ColumnReturnType.SPECIFIED))
+    fragments = [[(f.field_name, f.field_fragments) for f in hit.highlight_result.highlight_fields]
+                 for hit in response.search_hits]
+    assert fragments == [  # by url: a.com/001, a.com/019, b.com/news/001
+        [("title", ["求推荐几款菊<b>花茶</b>店铺"])],
+        [("title", ["菊<b>花茶</b>是一款大部分人都适合的经典<b>花茶</b>。"])],  # a sentence is not cut
+        [("title", ["秋天最适合饮用的几种<b>花茶</b>"])],
+    ]
+    tea = HighlightParameter("title", 5, 10, fragments_order=HighlightFragmentOrder.TEXT_SEQUENCE)
+    words = SearchQuery(MatchQuery("title", "tea"), highlight=Highlight([tea], HighlightEncoder.HTML_MODE))
+    hit = pages.search("web", "idx", words, ALL).search_hits[0]
+    expected = ["Fresh <em>tea</em>, hot <em>tea</em>!"]
+    assert hit.highlight_result.highlight_fields[0].field_fragments == expected
+    plain = pages.search("web", "idx", SearchQuery(MatchQuery("title", "花茶"), get_total_count=True), ALL)
+    assert [len(h.highlight_result.highlight_fields) for h in plain.search_hits] == [0, 0, 0]
+    refused = Highlight([HighlightParameter("author", 1, 18, "<b>", "</b>")], HighlightEncoder.PLAIN_MODE)
+    with pytest.raises(OTSServiceError) as info:
+        pages.search("web", "idx", SearchQuery(MatchQuery("author", "wang"), highlight=refused), ALL)
+    assert (info.value.code, info.value.message) == (
+        "OTSParameterInvalid", "highlighting is not supported for field[author]")
+
+
+def test_what_is_out_of_scope_is_refused(pages: OTSClient) -> None:
+    """The README's out-of-scope list: refused with a clear error, never silently ignored."""
+    for query in (SearchQuery(MatchAllQuery(), collapse_field=Collapse("type")),
+                  SearchQuery(MatchAllQuery(),
+                              group_bys=[GroupByGeoGrid("g", GeoHashPrecision.GHP_5009KM_4992KM_1)]),
+                  SearchQuery(MatchAllQuery(), group_bys=[GroupByComposite([GroupByField("type")])])):
+        with pytest.raises(OTSServiceError) as info:
+            pages.search("web", "idx", query, ALL)
+        assert info.value.code == "OTSParameterInvalid" and "not supported" in info.value.message

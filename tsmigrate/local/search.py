@@ -35,7 +35,8 @@ quantized as the index stores them; nested queries match when one object of the 
 matches the whole inner query (its fields named `path.sub`); a KNN vector query (top level only)
 is an exact search: the top_k (at least limit) most similar vectors passing its filter, scored as
 the service scores (cosine (1+cos)/2, dot product (1+dot)/2, euclidean 1/(1+d^2)), ordered by
-score unless sorted otherwise, with the scores in search_hits. Collapse is refused.
+score unless sorted otherwise. Every row has its search_hit: its score (1.0 but for KNN) and,
+when asked for, its highlights (search_highlight.py). Collapse is refused.
 Aggregations and group-bys: search_aggs.py.
 
 Sorting: FieldSort (asc/desc, mode MIN/MAX/AVG for arrays; default MIN asc / MAX desc; missing
@@ -76,7 +77,7 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import search_pb2 as spb
 
-from tsmigrate.local import search_aggs
+from tsmigrate.local import search_aggs, search_highlight
 from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.plainbuffer import (
     INF_MAX,
@@ -833,9 +834,10 @@ def _pk_tuple(doc: Document) -> tuple[Any, ...]:
 def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                documents: Iterable[Document]) -> spb.SearchResponse:
     query = _parse(spb.SearchQuery, request.search_query, "search_query")
-    for name in ("collapse", "highlight"):
-        if query.HasField(name):
-            raise _unsupported(f"SearchQuery.{name}")
+    if query.HasField("collapse"):
+        raise _unsupported("SearchQuery.collapse")
+    if query.HasField("highlight"):
+        search_highlight.check(schema, query.highlight)
     ctg = request.columns_to_get if request.HasField("columns_to_get") else None
     offset = query.offset if query.HasField("offset") else 0
     limit = query.limit if query.HasField("limit") else DEFAULT_LIMIT
@@ -894,10 +896,14 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
         if query.HasField("group_bys"):
             groups = search_aggs.run_group_bys(tools, query.group_bys, matched)
             response.group_bys = groups.SerializeToString()
+    terms = search_highlight.query_terms(schema, query.query, _analyze) \
+        if query.HasField("highlight") else {}
     for _, doc in page:
         response.rows.append(_encode_doc(doc, columns_for(doc[1])))
-        if knn is not None:
-            response.search_hits.add(score=scores[id(doc)])
+        hit = response.search_hits.add(score=scores[id(doc)])
+        if query.HasField("highlight"):
+            hit.highlight_result.CopyFrom(
+                search_highlight.highlight_row(query.highlight, terms, doc[1], schema))
     if page and first + limit < len(hits):
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})

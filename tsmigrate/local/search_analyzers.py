@@ -3,10 +3,12 @@
 - single_word (the default): Latin letters and digits form words, every CJK character is a
   token of its own (as the service's standard tokenizer); lower-cased unless case_sensitive.
 - split: split on the delimiter (default whitespace), lower-cased.
-- min_word / max_word: dictionary-based Chinese segmentation, done with jieba (the optional
-  extra `tsmigrate[analyzers]`): min_word is jieba's accurate mode (fewest words), max_word its
-  search mode (every dictionary word inside longer ones too: 菊花茶 -> 菊花, 花茶, 菊花茶).
-  Phrase matching on them uses the accurate mode, whose tokens do not overlap.
+- min_word / max_word: dictionary-based Chinese segmentation with jieba's dictionary (the
+  optional extra `tsmigrate[analyzers]`): min_word is jieba's accurate mode (fewest words);
+  max_word, as the service's finest-grained mode, every dictionary word at every position
+  (菊花茶 -> 菊花, 菊花茶, 花茶; 梨花茶 -> 梨花, 花茶), and the characters no word covers. Latin
+  letters and digits form words as in single_word. Phrase matching on them uses the accurate
+  mode, whose tokens do not overlap.
 - fuzzy: n-grams of `min_chars` to `max_chars` characters (default 1 to 7), lower-cased; match
   and match-phrase queries on a fuzzy field find the text as a substring, as the n-grams do.
 """
@@ -42,13 +44,42 @@ def _words(tokens: Any) -> list[str]:
     return [t.lower() for t in tokens if t.strip() and _SINGLE_WORD.match(t)]
 
 
+_MAX_WORD_CHARS = 8
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def _max_words(text: str) -> list[str]:
+    """Every dictionary word of every CJK run, by position, and the characters no word covers;
+    the rest as single_word analyses it."""
+    words = _segmenter().dt
+    words.check_initialized()
+    freq = words.FREQ
+    tokens: list[str] = []
+    pos = 0
+    for run in _CJK.finditer(text):
+        tokens += _SINGLE_WORD.findall(text[pos:run.start()].lower())
+        chunk = run.group()
+        covered = [False] * len(chunk)
+        for i in range(len(chunk)):
+            found = [chunk[i:j] for j in range(i + 2, min(len(chunk), i + _MAX_WORD_CHARS) + 1)
+                     if freq.get(chunk[i:j])]
+            for word in found:
+                covered[i:i + len(word)] = [True] * len(word)
+            if not found and not covered[i]:
+                found = [chunk[i]]
+            tokens += found
+        pos = run.end()
+    tokens += _SINGLE_WORD.findall(text[pos:].lower())
+    return tokens
+
+
 def analyze(analyzer: str | None, text: str, *, case_sensitive: bool = False,
             delimiter: str | None = None, ngram: tuple[int, int] = (1, 7)) -> list[str]:
     """The tokens of `text`, in order."""
     if analyzer == "split":
         return [t for t in text.lower().split(delimiter) if t]
     if analyzer == "max_word":
-        return _words(_segmenter().cut_for_search(text))
+        return _max_words(text)
     if analyzer == "min_word":
         return _words(_segmenter().cut(text))
     if analyzer == "fuzzy":

@@ -83,6 +83,7 @@ class SearchField:
     vector_dimension: int = 0  # VECTOR: its dimension and metric (search_pb2.VectorMetricType)
     vector_metric: int = 0
     ngram: tuple[int, int] = (1, 7)  # fuzzy analyzer: min_chars, max_chars
+    highlighting: bool = False  # enable_highlighting
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,7 @@ def _field(proto: spb.FieldSchema) -> SearchField:
         sub_fields=tuple(_field(f) for f in proto.field_schemas),
         date_formats=tuple(proto.date_formats),
         ngram=ngram,
+        highlighting=proto.enable_highlighting,
         vector_dimension=proto.vector_options.dimension,
         vector_metric=proto.vector_options.metric_type,
     )
