@@ -14,21 +14,69 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import attrs
 
 from tsmigrate import adapter, ops
-from tsmigrate.errors import ApplyRefused
+from tsmigrate.errors import ApplyRefused, TsmigrateError
+from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
 from tsmigrate.plan import Plan, make_plan, with_known_derivations
 from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
 from tsmigrate.schema import Catalog, physical
-from tsmigrate.state import STATE_TABLE, Lease, Lock, State
+from tsmigrate.state import STATE_TABLE, Lease, Lock, LockHeld, State
 
 RENEW_EVERY_S = 30.0  # apply's lock lease is renewed this often while a rewrite runs
+
+
+class LintRefused(ApplyRefused):
+    """Lint found an error in the plan, so apply will not run it (exit 3, as plan)."""
+
+    exit_code = 3
+
+
+class ApplyFailed(TsmigrateError):
+    """A step failed or the run was interrupted midway: says which step, what was done before
+    it, and that running apply again continues from the live state."""
+
+    def __init__(self, plan: Plan, number: int, cause: BaseException | str, *, interrupted: bool = False):
+        self.plan, self.number, self.interrupted = plan, number, interrupted
+        self.cause = cause if isinstance(cause, str) else (str(cause) or type(cause).__name__)
+        total, step = len(plan.steps), plan.steps[number - 1]
+        done = self.done
+        before = (
+            f"steps 1-{number - 1} were done ({'; '.join(s.summary() for s in done)})"
+            if len(done) > 1 else f"step 1 was done ({done[0].summary()})" if done
+            else "no step was done before it"
+        )
+        what = "interrupted during" if interrupted else "failed at"
+        super().__init__(
+            f"apply {what} step {number} of {total} ({step.summary()}): {self.cause}. {before}; "
+            "running tsmigrate apply again plans from the live state and continues from there"
+        )
+
+    @property
+    def done(self) -> list[ops.Step]:
+        return list(self.plan.steps[: self.number - 1])
+
+
+class ApplyInterrupted(ApplyFailed):
+    """Ctrl-C (or SIGTERM turned into KeyboardInterrupt) during a step."""
+
+    exit_code = 130
+
+
+def blocking_findings(
+    findings: Sequence[Finding], plan: Plan, *, allow_destructive: bool
+) -> list[Finding]:
+    """The error findings apply refuses to run with; an error about a destructive step (a
+    dropped table) is what ``allow_destructive`` acknowledges."""
+    return [f for f in findings if f.severity == ERROR and not (
+        allow_destructive and f.step and plan.steps[f.step - 1].risk == ops.DESTRUCTIVE)]
 
 
 # --- apply ---------------------------------------------------------------------------------------
@@ -40,6 +88,7 @@ class Outcome:
     executed: int
     note: str = ""
     rewrites: tuple[Any, ...] = ()  # the rewrites this apply took to ready (machine.Rewrite)
+    findings: tuple[Finding, ...] = ()  # lint of the plan (with a lint configuration)
 
 
 Progress = Callable[[int, int, ops.Step], None]
@@ -94,6 +143,8 @@ def apply(
     lock_timeout_s: float = 0.0,
     on_lock_wait: Callable[[Lock], None] | None = None,
     waiting: Waiting | None = None,
+    lint_config: LintConfig | None = None,
+    show: Callable[[Plan, Sequence[Finding]], None] | None = None,
 ) -> Outcome:
     """``now``: the time table families plan their months for (default: the current time).
     ``lock_timeout_s``: how long to wait for a lock another apply holds (``on_lock_wait`` is
@@ -120,7 +171,7 @@ def apply(
             return _apply_locked(
                 client, models, state, lease, note, document=document, prune=prune, now=now,
                 allow_destructive=allow_destructive, confirm=confirm, progress=progress,
-                settings=settings, waiting=waiting,
+                settings=settings, waiting=waiting, lint_config=lint_config, show=show,
             )
     finally:
         state.release()
@@ -130,8 +181,12 @@ def _apply_locked(
     client: Any, models: Catalog, state: State, lease: Lease, note: str, *,
     document: Mapping[str, Any] | None, prune: bool, now: datetime | None, allow_destructive: bool,
     confirm: Callable[[Plan], bool], progress: Progress | None, settings: Any,
-    waiting: Waiting | None,
+    waiting: Waiting | None, lint_config: LintConfig | None = None,
+    show: Callable[[Plan, Sequence[Finding]], None] | None = None,
 ) -> Outcome:
+    """With ``lint_config`` the plan is linted first and apply refuses when a finding is an
+    error, except findings on a destructive step that ``allow_destructive`` acknowledges.
+    ``show`` sees the plan and its findings before ``confirm`` is asked."""
     from tsmigrate.rewrite import planned
 
     interrupted = state.mark_interrupted()
@@ -141,7 +196,7 @@ def _apply_locked(
             f"marked {len(interrupted)} step(s) an earlier apply left unfinished (it was "
             f"killed) as interrupted: {listed}")]))
     live = live_catalog(client)
-    plan = make_plan(live, models, prune=prune, now=now)
+    plan = make_plan(live, models, prune=prune, now=now, bookkeeping=(STATE_TABLE,))
     plan_id = plan.models_fingerprint[7:23]
     if document is not None:
         done = resume_point(document, plan.source_fingerprint)
@@ -150,6 +205,16 @@ def _apply_locked(
         plan_id = document["checksum"][7:23]
         if done:
             note = "; ".join(filter(None, [note, f"resuming after step {done} of the plan"]))
+    findings = run_lint(models, live=live, plan=plan, config=lint_config) if lint_config else []
+    if show is not None:
+        show(plan, findings)
+    blocking = blocking_findings(findings, plan, allow_destructive=allow_destructive)
+    if blocking:
+        listed = "; ".join(f"{f.code} {f.where()}: {f.message}" for f in blocking)
+        raise LintRefused(
+            f"lint found {len(blocking)} error(s), so nothing was changed: {listed} "
+            "(fix them, or set their severity in [tool.tsmigrate.lint])"
+        )
     destructive = plan.by_risk(ops.DESTRUCTIVE)
     if destructive and not allow_destructive:
         listed = "; ".join(s.summary() for s in destructive)
@@ -168,38 +233,55 @@ def _apply_locked(
     if not plan.has_changes:
         state.save_catalog(_remembered(models, live, plan))
         ready = tuple(planned.run(client, r.target, settings) for r in continued)
-        return Outcome(plan, 0, note, ready)
+        return Outcome(plan, 0, note, ready, tuple(findings))
     if not confirm(plan):
         raise ApplyRefused("apply cancelled; nothing was changed")
     predicted = physical(live)
     ready = []
-    for number, step in enumerate(plan.steps, 1):
-        if progress is not None:
-            progress(number, len(plan.steps), step)
-        lease.check()
-        state.record(step, "started", plan_id=plan_id)
-        try:
-            if isinstance(step, ops.RewriteTable):
-                # Rows move, the schema does not: the rewrite's own phases replace settling.
-                planned.start(client, live, models, step)
-                ready.append(planned.run(client, step.table, settings))
-            else:
-                predicted = ops.transform(predicted, step)
-                adapter.execute(client, step, predicted.table(step.table))
+    started = completed = 0
+    try:
+        for number, step in enumerate(plan.steps, 1):
+            if progress is not None:
+                progress(number, len(plan.steps), step)
+            lease.check()
+            state.record(step, "started", plan_id=plan_id)
+            started = number
+            try:
+                with adapter.service_errors("the instance"):
+                    if isinstance(step, ops.RewriteTable):
+                        # Rows move, the schema does not: the rewrite's own phases replace settling.
+                        planned.start(client, live, models, step)
+                        ready.append(planned.run(client, step.table, settings))
+                    else:
+                        predicted = ops.transform(predicted, step)
+                        adapter.execute(client, step, predicted.table(step.table))
 
-                def settling(what: str, elapsed_s: float, step: ops.Step = step) -> None:
-                    lease.check()  # taken over meanwhile: stop here
-                    if waiting is not None:
-                        waiting(step, what, elapsed_s)
+                        def settling(what: str, elapsed_s: float, step: ops.Step = step) -> None:
+                            lease.check()  # taken over meanwhile: stop here
+                            if waiting is not None:
+                                waiting(step, what, elapsed_s)
 
-                if not adapter.settle(client, step.table, predicted.table(step.table),
-                                      on_wait=settling):
-                    raise ApplyRefused(f"step {number} did not settle in time: {step.summary()}")
-        except Exception as exc:
-            state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
-            raise
-        state.record(step, "done", plan_id=plan_id)
+                        if not adapter.settle(client, step.table, predicted.table(step.table),
+                                              on_wait=settling):
+                            raise ApplyRefused("it did not settle in time")
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
+                if isinstance(exc, LockHeld) or (
+                        isinstance(step, ops.RewriteTable) and isinstance(exc, TsmigrateError)):
+                    raise  # their own messages say where things stand and what to run next
+                raise ApplyFailed(plan, number, exc) from exc
+            state.record(step, "done", plan_id=plan_id)
+            completed = number
+    except KeyboardInterrupt:
+        current = min(completed + 1, len(plan.steps))
+        if started > completed:  # its history row says "started": say what became of it
+            with contextlib.suppress(Exception):
+                state.record(plan.steps[current - 1], "interrupted", plan_id=plan_id,
+                             error="interrupted (Ctrl-C)")
+        raise ApplyInterrupted(plan, current, "interrupted (Ctrl-C)", interrupted=True) from None
     ready += [planned.run(client, r.target, settings) for r in continued]
     lease.check()
     state.save_catalog(_remembered(models, live, plan))
-    return Outcome(plan, len(plan.steps), note, tuple(ready))
+    return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings))

@@ -11,6 +11,7 @@ index TTL changes while the table holds the longer of its old and new TTLs.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,6 +30,7 @@ from tsmigrate.schema import (
     TableOptions,
     physical,
 )
+from tsmigrate.validate import MAX_TABLES_PER_INSTANCE
 
 PLAN_FORMAT = 1
 
@@ -251,11 +253,89 @@ def _index_names_taken(target: Catalog, live: Catalog) -> list[Problem]:
     return problems
 
 
+def _names(catalog: Catalog) -> dict[str, str]:
+    """Every name in the instance-wide namespace (tables and secondary indexes), described."""
+    names = {}
+    for table in catalog.tables:
+        names[table.name] = f"table {table.name!r}"
+        for index in table.secondary_indexes:
+            names[index.name] = f"index {index.name!r} of table {table.name!r}"
+    return names
+
+
+def _table_objects(catalog: Catalog) -> int:
+    return sum(1 + len(t.secondary_indexes) for t in catalog.tables)
+
+
+def instance_problems(
+    live: Catalog, target: Catalog, steps: list[ops.Step], bookkeeping: Collection[str] = ()
+) -> list[Problem]:
+    """What the service would refuse while running ``steps`` on ``live``: a created table or
+    secondary index whose name is taken on the instance (tables and secondary indexes share one
+    namespace), and more than 64 tables and index tables at any point. ``bookkeeping`` names the
+    tables tsmigrate keeps on the instance besides the modelled ones (they count too)."""
+    problems: list[Problem] = []
+    state = physical(live)
+    quota_reported = False
+    for number, step in enumerate(steps, 1):
+        taken = {**{n: f"tsmigrate's own table {n!r}" for n in bookkeeping}, **_names(state)}
+        created: list[tuple[str, str]] = []  # (name, field)
+        if isinstance(step, ops.CreateTable):
+            created.append((step.table, "table"))
+            created += [(i.name, f"index {i.name}") for i in step.definition.secondary_indexes]
+        elif isinstance(step, ops.CreateIndex):
+            created.append((step.index.name, f"index {step.index.name}"))
+        model = target.table(step.table).source if target.table(step.table) else ""
+        for name, field in created:
+            if name in taken:
+                what = "table" if field == "table" else "index"
+                problems.append(Problem(
+                    table=step.table,
+                    field=field,
+                    rule="instance.name-taken",
+                    message=f"step {number} creates {what} {name!r}, but the instance already has "
+                    f"{taken[name]}: tables and secondary indexes share one namespace, so the "
+                    "service refuses it (OTSObjectAlreadyExist)",
+                    fix=f"give the {what} another name" + (" (name=...)" if what == "index" else
+                                                          " (table=...)"),
+                    model=model,
+                ))
+        state = ops.transform(state, step)
+        count = _table_objects(state) + len(bookkeeping)
+        if count > MAX_TABLES_PER_INSTANCE and not quota_reported:
+            quota_reported = True
+            live_count = _table_objects(physical(live)) + len(bookkeeping)
+            problems.append(Problem(
+                table=step.table,
+                field=created[0][1] if created else "",
+                rule="instance.table-quota",
+                message=f"step {number} ({step.summary()}) would make {count} tables and index "
+                f"tables on the instance, which holds at most {MAX_TABLES_PER_INSTANCE} "
+                f"(OTSQuotaExhausted); it holds {live_count} now, tsmigrate's own table included",
+                fix="drop tables or indexes no service uses (plan --prune drops undeclared "
+                "tables, after the creations), split the models across instances, or ask for a "
+                "higher quota",
+                model=model,
+            ))
+    return problems
+
+
 def make_plan(
-    live: Catalog, target: Catalog, *, prune: bool = False, now: datetime | None = None
+    live: Catalog,
+    target: Catalog,
+    *,
+    prune: bool = False,
+    bookkeeping: Collection[str] = (),
+    finished_rewrites: Collection[str] = (),
+    now: datetime | None = None,
 ) -> Plan:
     """The steps that take ``live`` to ``target``. Raises SchemaError for a change Tablestore
-    cannot make (a primary key changed under the same table name).
+    cannot make: a primary key changed under the same table name, a name the instance already
+    uses, more tables than the instance quota (``bookkeeping``: see ``instance_problems``).
+
+    A table that a declared table ``replaces`` is never dropped, even when pruning, until its
+    rewrite has finished: ``finished_rewrites`` names the replaced tables whose rewrite did
+    (the rewrite engine records that in tsmigrate's state).
 
     A table family (a model with ``family=Monthly(...)``) plans its months as of ``now``
     (default: the current time): the coming months are created, expired ones retired."""
@@ -302,13 +382,26 @@ def make_plan(
     for name, table in live_tables.items():
         if name in declared_names:
             continue
+        if name in replaced_by and name not in finished_rewrites:
+            note = (
+                f"replaced by {replaced_by[name]}: kept, even with --prune, until its rewrite into "
+                f"{replaced_by[name]} has finished; then drop it with --prune once services have "
+                "cut over"
+            )
+            undeclared.append(Undeclared(name, note))
+            continue
         if name in replaced_by:
-            note = f"replaced by {replaced_by[name]}; drop it with --prune once services have cut over"
+            note = (f"replaced by {replaced_by[name]}, rewrite finished; drop it with --prune once "
+                    "services have cut over")
         else:
             note = "no model declares it"
         undeclared.append(Undeclared(name, note))
         if prune:
             steps.extend(_drop_steps(table))
+
+    problems = instance_problems(live, target, steps, bookkeeping)
+    if problems:
+        raise SchemaError(problems)
 
     state = physical(live)
     chain = []

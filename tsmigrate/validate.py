@@ -587,10 +587,11 @@ def _instance_rules(catalog: Catalog) -> list[Problem]:
     # name -> every (description, owning table, field) that uses it
     owners: dict[str, list[tuple[str, Table, str]]] = {}
     for table in catalog.tables:
-        owners.setdefault(table.name, []).append((f"table {table.name!r}", table, "table"))
+        model = f"model {table.source}" if table.source else f"table {table.name!r}"
+        owners.setdefault(table.name, []).append((model, table, "table"))
         for index in table.secondary_indexes:
             owners.setdefault(index.name, []).append(
-                (f"index {index.name!r} of {table.name!r}", table, f"index {index.name}")
+                (f"index {index.name!r} of {model}", table, f"index {index.name}")
             )
     for name, users in owners.items():
         if len(users) > 1:
@@ -609,15 +610,22 @@ def _instance_rules(catalog: Catalog) -> list[Problem]:
                     model=table.source,
                 )
             )
-    count = sum(1 + len(t.secondary_indexes) for t in catalog.tables)
-    if count > MAX_TABLES_PER_INSTANCE:
+    count, beyond = 0, []
+    for table in catalog.tables:
+        count += 1 + len(table.secondary_indexes)
+        if count > MAX_TABLES_PER_INSTANCE:
+            beyond.append(table)
+    if beyond:
+        names = ", ".join(t.name for t in beyond)
         problems.append(
             Problem(
-                table="",
-                field="",
+                table=beyond[0].name,
+                field="table",
                 rule="instance.table-quota",
-                message=f"{count} tables and index tables; an instance holds at most 64",
+                message=f"the models declare {count} tables and index tables; an instance holds "
+                f"at most {MAX_TABLES_PER_INSTANCE}, so table(s) {names} cannot be created",
                 fix="split the models across instances or drop unused indexes",
+                model=beyond[0].source,
             )
         )
     return problems

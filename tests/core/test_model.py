@@ -7,6 +7,7 @@ compiled explicitly with ``compile_models``.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -445,6 +446,8 @@ def test_two_models_with_the_same_table_name() -> None:
 
     problem = only(problems(One, Two), "name.instance-unique")
     assert problem.field == "table"
+    # Both models are named, not the table twice.
+    assert re.search(r"used by model \S+\.One and model \S+\.Two", problem.message), problem.message
     assert problem.model.endswith((".One", ".Two"))
     assert "table=" in problem.fix
 

@@ -896,14 +896,14 @@ CASES = [
     Case(
         "65-tables",
         "instance.table-quota",
-        "",
+        "table",
         Catalog(tables=[table(f"t{i}") for i in range(65)]),
         Catalog(tables=[table(f"t{i}") for i in range(64)]),
     ),
     Case(
         "index-tables-count",
         "instance.table-quota",
-        "",
+        "table",
         Catalog(
             tables=[
                 with_x(name=f"t{i}", secondary_indexes=[index(name=f"t{i}_a"), index(name=f"t{i}_b")])
@@ -928,8 +928,9 @@ def test_breaking_a_rule_reports_it(case: Case) -> None:
     assert case.field in {p.field for p in reported}, reported
     for problem in reported:
         assert problem.message
-        if case.rule != "instance.table-quota":  # the one rule about no model in particular
-            assert problem.model == SOURCE
+        assert problem.model == SOURCE
+        if case.rule == "instance.table-quota":  # names the tables that do not fit
+            assert problem.table and f"table(s) {problem.table}" in problem.message
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

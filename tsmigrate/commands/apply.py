@@ -1,21 +1,77 @@
-"""`tsmigrate apply`: change the target to match the models."""
+"""`tsmigrate apply`: change the target to match the models.
+
+Text output shows the plan with its lint findings, asks ``[y/N]`` (unless ``--yes``), and only
+then draws the progress bar. ``--format json`` prints one JSON result on stdout, whatever the
+outcome (applied, no changes, refused, failed, interrupted), for deploy pipelines.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
 from tsmigrate.commands.common import (
     err_console,
+    lint_config,
     load_catalog,
     models_option,
     project_option,
     reports_errors,
     with_target,
 )
+from tsmigrate.errors import TsmigrateError
+
+
+class _Bar:
+    """A progress bar created at the first step, so it never draws under the prompt."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, number: int, total: int, step: Any) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self.bar is None:
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err_console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("applying", total=total)
+        self.bar.update(self.task, completed=number - 1, description=step.summary()[:60])
+
+    def update(self, _task: Any, **fields: Any) -> None:
+        """What SettleReport calls: shown once the bar is drawn."""
+        if self.bar is not None:
+            self.bar.update(self.task, **fields)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _result(outcome: str, plan: Any, findings: Any, done: int, error: str = "",
+            failed_step: int | None = None, note: str = "", target: str = "") -> dict[str, Any]:
+    steps = []
+    for number, step in enumerate(plan.steps if plan is not None else (), 1):
+        status = "done" if number <= done else "not run"
+        if number == failed_step:
+            status = "interrupted" if outcome == "interrupted" else "failed"
+        steps.append({"number": number, "kind": step.kind, "summary": step.summary(),
+                      "risk": step.risk, "status": status})
+    return {
+        "outcome": outcome,
+        "target": target,
+        "executed": done,
+        "steps": steps,
+        "lint": [f.to_dict() for f in findings],
+        "errors": [error] if error else [],
+        "note": note,
+    }
 
 
 @click.command(name="apply")
@@ -39,64 +95,93 @@ from tsmigrate.commands.common import (
 @click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=0,
               metavar="SECONDS", help="Wait up to this long for a lock another apply holds "
               "(default: fail at once).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one machine-readable result on stdout.")
 @reports_errors
 def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
-                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout):
-    """Change the target to match the models (takes a lock, records history)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout, fmt):
+    """Change the target to match the models (takes a lock, records history).
 
+    Refused (exit 3, nothing changed) when lint finds an error, except on destructive steps
+    that --allow-destructive acknowledges. A failed or interrupted run names the step and
+    what was done before it; running apply again continues from the live state.
+    """
     from tsmigrate import adapter
-    from tsmigrate.apply import ApplyRefused, apply
+    from tsmigrate.apply import ApplyFailed, ApplyRefused, apply
     from tsmigrate.planfile import read_plan_file
-    from tsmigrate.planrender import plan_text
+    from tsmigrate.planrender import findings_text, plan_text
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
     from tsmigrate.target import connect, resolve_target
 
-    proj, catalog = load_catalog(project, models)
-    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
-    document = None
-    if plan_file is not None:
-        document = read_plan_file(plan_file, target.identity, catalog)
-    console = Console(highlight=False, soft_wrap=True)
-    console.print(f"[dim]target: {target.describe()}[/]")
+    as_json = fmt == "json"
+    # Human output goes to stderr under --format json, so stdout holds only the JSON result.
+    console = err_console if as_json else Console(highlight=False, soft_wrap=True)
+    seen: dict[str, Any] = {"plan": None, "findings": (), "target": ""}
+
+    def show(plan, findings) -> None:
+        seen.update(plan=plan, findings=tuple(findings))
+        if as_json:
+            return
+        if plan.has_changes:
+            console.print(plan_text(plan, findings=findings), end="")
+        else:
+            console.print(findings_text(findings), end="")
 
     def confirm(plan) -> bool:
-        console.print(plan_text(plan), end="")
         if yes:
             return True
         if not sys.stdin.isatty():
             raise ApplyRefused("confirmation needed: run interactively, or pass --yes")
-        return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False)
+        return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False, err=as_json)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
-        task = bar.add_task("applying", total=None)
+    def on_lock_wait(holder) -> None:
+        err_console.print(f"waiting up to {lock_timeout:.0f} s for the apply lock held by "
+                          f"{holder.describe()}", markup=False)
 
-        def progress(number, total, step) -> None:
-            bar.update(task, total=total, completed=number - 1, description=step.summary()[:60])
-
-        def on_lock_wait(holder) -> None:
-            err_console.print(f"waiting up to {lock_timeout:.0f} s for the apply lock held by "
-                              f"{holder.describe()}", markup=False)
-
-        waits = SettleReport(err_console, bar, task)
-        rewrite_progress = ApplyProgress(err_console)
+    bar = _Bar()
+    waits = SettleReport(err_console, bar, None)
+    rewrite_progress = ApplyProgress(err_console)
+    try:
+        proj, catalog = load_catalog(project, models)
+        target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+        seen["target"] = target.identity
+        console.print(f"[dim]target: {target.describe()}[/]")
+        document = read_plan_file(plan_file, target.identity, catalog) if plan_file else None
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
             settings = RewriteSettings(
                 spec=driver.spec_of(client, local_defaults=target.embedded),
                 options=driver.RunOptions(workers, dask, max_rows_per_s),
                 report=rewrite_progress,
             )
-            try:
-                outcome = apply(client, catalog, target_identity=target.identity, document=document,
-                                allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                                progress=progress, rewrite_settings=settings,
-                                lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait,
-                                waiting=waits)
-            finally:
-                rewrite_progress.close()
+            outcome = apply(client, catalog, target_identity=target.identity, document=document,
+                            allow_destructive=allow_destructive, prune=prune, confirm=confirm,
+                            progress=bar, rewrite_settings=settings, lint_config=lint_config(proj),
+                            show=show, lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait,
+                            waiting=waits)
+    except ApplyFailed as exc:
+        if as_json:
+            kind = "interrupted" if exc.interrupted else "failed"
+            click.echo(json.dumps(_result(kind, exc.plan, seen["findings"], exc.number - 1, str(exc),
+                                          exc.number, target=seen["target"]), indent=2))
+        raise
+    except TsmigrateError as exc:
+        if as_json:
+            click.echo(json.dumps(_result("refused", seen["plan"], seen["findings"], 0, str(exc),
+                                          target=seen["target"]), indent=2))
+        raise
+    finally:
+        bar.stop()
+        rewrite_progress.close()
+    if as_json:
+        kind = "applied" if outcome.executed or outcome.rewrites else "no changes"
+        result = _result(kind, outcome.plan, outcome.findings, outcome.executed,
+                         note=outcome.note, target=seen["target"])
+        result["rewrites"] = [{"source": r.source, "target": r.target, "phase": r.phase}
+                              for r in outcome.rewrites]
+        click.echo(json.dumps(result, indent=2))
+        return
     if outcome.note:
         console.print(f"[dim]{outcome.note}[/]")
     if outcome.executed:

@@ -16,6 +16,11 @@ from rich.markup import escape
 from tsmigrate.errors import SchemaError, TsmigrateError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit codes beyond 0 (success) and 1 (error): plan --detailed-exitcode's "changes present", and
+# "lint found an error" (plan printed it; apply refused to run).
+EXIT_CHANGES = 2
+EXIT_LINT_ERROR = 3
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -92,3 +97,10 @@ def inspect_target(project, target_name, endpoint, instance):
     target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         return target, live_catalog(client)
+
+
+def lint_config(project):
+    """``[tool.tsmigrate.lint]`` of the project (already validated when it was loaded)."""
+    from tsmigrate.lint import LintConfig
+
+    return LintConfig.from_settings(project.settings.get("lint", {}))

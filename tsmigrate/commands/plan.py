@@ -1,4 +1,4 @@
-"""`tsmigrate plan`: what apply would change on the target (read calls only)."""
+"""`tsmigrate plan`: what apply would change on the target (read calls only), with lint."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import click
 from rich.console import Console
 
 from tsmigrate.commands.common import (
+    EXIT_CHANGES,
+    EXIT_LINT_ERROR,
     inspect_target,
+    lint_config,
     load_catalog,
     models_option,
     project_option,
@@ -42,28 +45,40 @@ def _with_rewrite_costs(project, target, result):
               help="Exit 2 when there are changes, 0 when there are none, 1 on error.")
 @reports_errors
 def plan(models, project, target_name, endpoint, instance, fmt, out, prune, detailed_exitcode):
-    """Show what apply would change on the target (read calls only)."""
+    """Show what apply would change on the target (read calls only).
+
+    The plan is linted (model and plan rules, [tool.tsmigrate.lint] severities); the findings
+    are part of every output. Exit 3, after printing everything, when a finding is an error
+    that apply refuses (errors on destructive steps are acknowledged by --allow-destructive).
+    """
+    from tsmigrate.apply import blocking_findings
+    from tsmigrate.lint import run_lint
     from tsmigrate.plan import make_plan
     from tsmigrate.planfile import plan_document
     from tsmigrate.planrender import plan_json, plan_markdown, plan_text
+    from tsmigrate.state import STATE_TABLE
 
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
-    result = make_plan(live, catalog, prune=prune)
+    result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,))
+    findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
     if out is not None:
         # The file holds the steps apply will plan again (a rewrite's cost is an estimate shown
         # to the reader, not part of the step apply compares).
-        document = plan_document(result, target.identity, prune=prune)
+        document = plan_document(result, target.identity, findings, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if any(step.kind == "rewrite_table" for step in result.steps):
         result = _with_rewrite_costs(proj, target, result)
     if fmt == "json":
-        click.echo(plan_json(result), nl=False)
+        click.echo(plan_json(result, findings), nl=False)
     elif fmt == "markdown":
-        click.echo(plan_markdown(result, title=f"tsmigrate plan: {target.describe()}"), nl=False)
+        title = f"tsmigrate plan: {target.describe()}"
+        click.echo(plan_markdown(result, title=title, findings=findings), nl=False)
     else:
         console = Console(highlight=False, soft_wrap=True)
         console.print(f"[dim]target: {target.describe()}[/]")
-        console.print(plan_text(result), end="")
+        console.print(plan_text(result, findings=findings), end="")
+    if blocking_findings(findings, result, allow_destructive=True):
+        sys.exit(EXIT_LINT_ERROR)
     if detailed_exitcode and result.has_changes:
-        sys.exit(2)
+        sys.exit(EXIT_CHANGES)

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from tsmigrate.commands.common import load_catalog, models_option, project_option, reports_errors
+from tsmigrate.commands.common import (
+    lint_config,
+    load_catalog,
+    models_option,
+    project_option,
+    reports_errors,
+)
 
 
 @click.command()
@@ -41,12 +47,6 @@ def show(models: tuple[str, ...], project: Path | None, fmt: str) -> None:
         click.echo(catalog.to_json())
     else:
         click.echo(catalog_text(catalog), nl=False)
-
-
-def lint_config(project):
-    from tsmigrate.lint import LintConfig
-
-    return LintConfig.from_settings(project.settings.get("lint", {}))
 
 
 @click.command()
