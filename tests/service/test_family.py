@@ -147,7 +147,16 @@ def test_retention_archives_then_drops_expired_months_and_restore_loads_them_bac
         [sys.executable, "-m", "tsmigrate.cli", "restore", str(archive),
          "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert again.returncode == 0 and "Restored 3 row(s)" in again.stdout  # idempotent
+    assert again.returncode == 0 and again.stdout.startswith("Restored 3 row(s)")  # idempotent
+    client.create_table(md.TableMeta("other_key", [("id", "STRING")]), md.TableOptions(-1, 1),
+                        md.ReservedThroughput(md.CapacityUnit(0, 0)))
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "tsmigrate.cli", "restore", str(archive), "--table", "other_key",
+         "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert elsewhere.returncode == 1 and "Traceback" not in elsewhere.stderr
+    assert ("table other_key exists with primary key (id STRING), the archive's rows have "
+            "(keyword STRING, captured_at INTEGER)") in elsewhere.stderr
 
 
 def test_restore_of_a_missing_or_broken_archive_is_a_clear_error(ots_instance, tmp_path):

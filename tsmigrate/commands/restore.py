@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tsmigrate.commands.common import project_option, reports_errors, with_target
+from tsmigrate.commands.common import err_console, project_option, reports_errors, with_target
 
 
 @click.command()
@@ -40,7 +40,7 @@ def restore(source, project, target_name, endpoint, instance, table_name):
     columns = (TextColumn("restoring {task.description}"), BarColumn(), MofNCompleteColumn(),
                TaskProgressColumn(), TextColumn("{task.fields[rate]} rows/s"), TimeRemainingColumn())
     with adapter.service_errors(target.describe()), connect(proj, target) as client, \
-            Progress(*columns, transient=True) as bar:
+            Progress(*columns, transient=True, console=err_console) as bar:  # stdout: the result
         task = bar.add_task(source, total=None, rate="-")
         started = time.monotonic()
 

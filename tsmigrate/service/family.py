@@ -200,7 +200,18 @@ def restore_archive(
         for step in make_plan(Catalog(), Catalog(tables=[table])).steps:
             adapter.execute(client, step)
         adapter.settle(client, table.name, attrs.evolve(table))
-    options = client.describe_table(table.name).table_options
+    described = client.describe_table(table.name)
+    live_key = [(name, kind) for name, kind, *_ in described.table_meta.schema_of_primary_key]
+    archived_key = [(c.name, c.type) for c in table.primary_key]
+    if live_key != archived_key:
+        def shown(key: list[tuple[str, str]]) -> str:
+            return ", ".join(f"{name} {kind}" for name, kind in key)
+
+        raise ArchiveError(
+            f"{location}: table {table.name} exists with primary key ({shown(live_key)}), the "
+            f"archive's rows have ({shown(archived_key)}); restore into a new table with --table"
+        )
+    options = described.table_options
     now_ms = int(time.time() * 1000)
     ttl_cutoff = None if options.time_to_live == -1 else now_ms - options.time_to_live * 1000
     widened = 0
