@@ -31,7 +31,10 @@ def test_async_rows_queries_and_batches(ots_instance, client):
             await readings.update({"device_id": "d", "ts": 0}, set={"serial": "T"})
             await readings.delete({"device_id": "d", "ts": 1})
             assert await readings.get(device_id="d", ts=1) is None
-            assert await readings.count("finder", serial="S") == 448  # 450, one changed, one deleted
+            assert (await readings.get(Reading.key(device_id="d", ts=0))).serial == "T"
+            await readings.delete(Reading.key(device_id="d", ts=2))
+            assert await readings.get(device_id="d", ts=2) is None
+            assert await readings.count("finder", serial="S") == 447  # 450, one changed, two deleted
             searched = [r.ts async for r in readings.search("finder", serial="T")]
             assert searched == [0]
 
