@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,85 +10,60 @@ import textwrap
 import time
 from pathlib import Path
 
+from cliproject import env, run
+from cliproject import project as make_project
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    environ.update(extra or {})
-    return environ
-
-
-def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=300, env=_env(env), stdin=subprocess.DEVNULL)
-
-
-def _project(root: Path, tables: int = 2) -> Path:
-    (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
-    body = ["from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex", ""]
-    for i in range(tables):
-        body += [
-            f"class T{i}(Model, table='t{i}'):",
-            "    user_id = PrimaryKey(str)",
-            "    seq = PrimaryKey(int)",
-            "    status = Column(str, defined=True)",
-            f"    t{i}_by_status = GlobalIndex(keys=['status'])",
-            "    search = SearchIndex(fields=[SearchField('status', 'keyword')])",
-            "",
-        ]
-    (root / "app_models.py").write_text("\n".join(body))
-    return root
-
-
 def test_fresh_project_plan_apply_plan(tmp_path: Path):
-    project = _project(tmp_path)
-    first = _run(project, "plan", "--detailed-exitcode")
+    project = make_project(tmp_path)
+    first = run(project, "plan", "--detailed-exitcode")
     assert first.returncode == 2, first.stderr
     assert "create table t0" in first.stdout
-    refused = _run(project, "apply")
+    refused = run(project, "apply")
     assert refused.returncode == 1
     assert "--yes" in refused.stderr
-    applied = _run(project, "apply", "--yes")
+    applied = run(project, "apply", "--yes")
     assert applied.returncode == 0, applied.stderr
     assert "Applied 4 step(s)." in applied.stdout
-    again = _run(project, "plan", "--detailed-exitcode")
+    again = run(project, "plan", "--detailed-exitcode")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "No changes." in again.stdout
 
 
 def test_plan_file_round_trip_and_tampering(tmp_path: Path):
-    project = _project(tmp_path)
-    assert _run(project, "plan", "--out", "plan.json").returncode == 0
+    project = make_project(tmp_path)
+    assert run(project, "plan", "--out", "plan.json").returncode == 0
     text = (project / "plan.json").read_text()
     (project / "edited.json").write_text(text.replace("t0_by_status", "t0_by_other"))
-    edited = _run(project, "apply", "--yes", "--plan", "edited.json")
+    edited = run(project, "apply", "--yes", "--plan", "edited.json")
     assert edited.returncode == 1
     assert "edited" in edited.stderr and "Traceback" not in edited.stderr
-    applied = _run(project, "apply", "--yes", "--plan", "plan.json")
+    applied = run(project, "apply", "--yes", "--plan", "plan.json")
     assert applied.returncode == 0, applied.stderr
 
 
 def test_destructive_change_needs_the_flag(tmp_path: Path):
-    project = _project(tmp_path, tables=1)
-    assert _run(project, "apply", "--yes").returncode == 0
+    project = make_project(tmp_path, tables=1)
+    assert run(project, "apply", "--yes").returncode == 0
     models = (project / "app_models.py").read_text()
     without_index = models.replace("    t0_by_status = GlobalIndex(keys=['status'])\n", "")
     (project / "app_models.py").write_text(without_index)
-    refused = _run(project, "apply", "--yes")
+    refused = run(project, "apply", "--yes")
     assert refused.returncode == 1
     assert "--allow-destructive" in refused.stderr
-    assert _run(project, "apply", "--yes", "--allow-destructive").returncode == 0
-    assert _run(project, "plan", "--detailed-exitcode").returncode == 0
+    assert run(project, "apply", "--yes", "--allow-destructive").returncode == 0
+    assert run(project, "plan", "--detailed-exitcode").returncode == 0
 
 
 def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
     """A real server in its own process, slowed down; the apply is killed after a few steps."""
-    project = _project(tmp_path, tables=6)
+    project = make_project(tmp_path, tables=6)
     server = subprocess.Popen(
         [sys.executable, "-m", "tsmigrate.cli", "local", "serve", "--memory", "--port", "0",
          "--latency-ms", "60", "--instance", "kill"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env(),
     )
     try:
         endpoint = server.stdout.readline().strip()
@@ -98,7 +72,7 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
         target = ["--endpoint", endpoint, "--instance", "kill"]
         victim = subprocess.Popen(
             [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", *target], cwd=project,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(creds),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(creds),
         )
         # Wait until some, not all, tables exist, then kill it without a chance to clean up.
         listing = textwrap.dedent(f"""
@@ -110,7 +84,7 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
         count = 0
         while count < 2 and time.monotonic() < deadline:
             listed = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True,
-                                    env=_env())
+                                    env=env())
             assert listed.returncode == 0, listed.stderr
             count = int(listed.stdout)
             time.sleep(0.2)
@@ -118,12 +92,12 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
         victim.send_signal(signal.SIGKILL)
         # Killed midway, not finished by itself before the signal.
         assert victim.wait(30) == -signal.SIGKILL
-        partial = _run(project, "plan", "--detailed-exitcode", *target, env=creds)
+        partial = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
         assert partial.returncode == 2, partial.stdout + partial.stderr
-        rerun = _run(project, "apply", "--yes", *target, env=creds)
+        rerun = run(project, "apply", "--yes", *target, extra_env=creds)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         assert "took over a stale lock" in rerun.stdout
-        final = _run(project, "plan", "--detailed-exitcode", *target, env=creds)
+        final = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
         assert final.returncode == 0, final.stdout + final.stderr
     finally:
         server.terminate()
@@ -131,26 +105,26 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
 
 
 def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
-    project = _project(tmp_path, tables=2)
-    applied = _run(project, "apply", "--yes")
+    project = make_project(tmp_path, tables=2)
+    applied = run(project, "apply", "--yes")
     assert applied.returncode == 0, applied.stderr
-    live = _run(project, "inspect", "--format", "json")
+    live = run(project, "inspect", "--format", "json")
     assert live.returncode == 0, live.stderr
-    written = _run(project, "inspect", "--write-models", "adopted")
+    written = run(project, "inspect", "--write-models", "adopted")
     assert written.returncode == 0, written.stderr
     assert "adopted/t0.py" in written.stdout
-    shown = _run(project, "show", "--format", "json", "--models", "adopted")
+    shown = run(project, "show", "--format", "json", "--models", "adopted")
     assert shown.returncode == 0, shown.stderr
     # Same schema, apart from where the tables were declared.
     adopted, inspected = json.loads(shown.stdout), json.loads(live.stdout)
     assert adopted == inspected
-    again = _run(project, "plan", "--detailed-exitcode", "--models", "adopted")
+    again = run(project, "plan", "--detailed-exitcode", "--models", "adopted")
     assert again.returncode == 0, again.stdout
 
 
 def test_a_malformed_plan_file_is_named_with_what_is_wrong(tmp_path: Path):
-    project = _project(tmp_path, tables=1)
-    planned = _run(project, "plan", "--out", "good.json")
+    project = make_project(tmp_path, tables=1)
+    planned = run(project, "plan", "--out", "good.json")
     assert planned.returncode == 0, planned.stderr
     good = json.loads((project / "good.json").read_text())
 
@@ -190,37 +164,37 @@ def test_a_malformed_plan_file_is_named_with_what_is_wrong(tmp_path: Path):
             path.write_bytes(content)
         else:
             path.write_text(content)
-        done = _run(project, "apply", "--plan", name, "--yes")
+        done = run(project, "apply", "--plan", name, "--yes")
         assert done.returncode == 1, (name, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, (name, done.stderr)
         assert f"plan file {name}" in done.stderr, (name, done.stderr)
         assert message in done.stderr, (name, done.stderr)
-    missing = _run(project, "apply", "--plan", "nowhere.json", "--yes")
+    missing = run(project, "apply", "--plan", "nowhere.json", "--yes")
     assert missing.returncode == 1, missing.stderr
     assert "cannot read plan file nowhere.json" in missing.stderr
     # Nothing was applied by any of them.
-    assert _run(project, "plan", "--detailed-exitcode").returncode == 2
+    assert run(project, "plan", "--detailed-exitcode").returncode == 2
 
 
 def test_a_plan_file_carries_prune(tmp_path: Path):
-    project = _project(tmp_path, tables=2)
-    applied = _run(project, "apply", "--yes")
+    project = make_project(tmp_path, tables=2)
+    applied = run(project, "apply", "--yes")
     assert applied.returncode == 0, applied.stderr
     models = (project / "app_models.py").read_text()
     (project / "app_models.py").write_text(models[: models.index("class T1")])
 
-    plain = _run(project, "plan", "--out", "plain.json")
+    plain = run(project, "plan", "--out", "plain.json")
     assert plain.returncode == 0, plain.stderr
-    conflict = _run(project, "apply", "--plan", "plain.json", "--prune", "--yes", "--allow-destructive")
+    conflict = run(project, "apply", "--plan", "plain.json", "--prune", "--yes", "--allow-destructive")
     assert conflict.returncode == 1
     assert "--prune conflicts with the plan file" in conflict.stderr
 
-    pruning = _run(project, "plan", "--prune", "--out", "prune.json")
+    pruning = run(project, "plan", "--prune", "--out", "prune.json")
     assert pruning.returncode == 0, pruning.stderr
     assert json.loads((project / "prune.json").read_text())["options"] == {"prune": True}
-    done = _run(project, "apply", "--plan", "prune.json", "--yes", "--allow-destructive")
+    done = run(project, "apply", "--plan", "prune.json", "--yes", "--allow-destructive")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "drop table t1" in done.stdout
-    inspected = _run(project, "inspect", "--format", "json")
+    inspected = run(project, "inspect", "--format", "json")
     assert inspected.returncode == 0, inspected.stderr
     assert [t["name"] for t in json.loads(inspected.stdout)["tables"]] == ["t0"]

@@ -5,11 +5,13 @@ of hiding behind a retry."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from cliproject import env
+from cliproject import project as make_project
 
 TABLES = 12  # more than the limit: ListTable + 12 DescribeTable cannot fit one second unpaced
 
@@ -27,22 +29,6 @@ from tsmigrate.cli import main
 sys.argv[0] = "tsmigrate"
 main()
 """
-
-
-def _project(root: Path) -> Path:
-    (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
-    body = ["from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex", ""]
-    for i in range(TABLES):
-        body += [
-            f"class T{i}(Model, table='t{i}'):",
-            "    user_id = PrimaryKey(str)",
-            "    status = Column(str, defined=True)",
-            f"    t{i}_by_status = GlobalIndex(keys=['status'])",
-            "    search = SearchIndex(fields=[SearchField('status', 'keyword')])",
-            "",
-        ]
-    (root / "app_models.py").write_text("\n".join(body))
-    return root
 
 
 def test_plan_apply_inspect_stay_within_the_table_operation_limit(
@@ -63,10 +49,9 @@ def test_plan_apply_inspect_stay_within_the_table_operation_limit(
             raise
 
     monkeypatch.setattr(server, "_admit", counting_admit)
-    project = _project(tmp_path)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    environ.update(ALIBABA_CLOUD_ACCESS_KEY_ID=ots_instance.access_key_id,
-                   ALIBABA_CLOUD_ACCESS_KEY_SECRET=ots_instance.access_key_secret)
+    project = make_project(tmp_path, tables=TABLES)
+    environ = env({"ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
+                   "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret})
     target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
 
     def run(*args: str) -> subprocess.CompletedProcess:
