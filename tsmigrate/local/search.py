@@ -74,7 +74,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import search_pb2 as spb
 
 from tsmigrate.local import search_aggs, search_highlight
@@ -90,7 +89,7 @@ from tsmigrate.local.plainbuffer import (
 from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze, phrase_tokens
 from tsmigrate.local.search_dates import parse_date
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
-from tsmigrate.local.utf8 import check_utf8
+from tsmigrate.local.utf8 import parse_nested
 
 Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
 
@@ -209,16 +208,6 @@ class _Doc:
 # --- queries ---------------------------------------------------------------------------------
 
 
-def _parse(message: type[Message], data: bytes, what: str) -> Any:
-    proto = message()
-    try:
-        proto.ParseFromString(data)
-    except DecodeError:
-        raise invalid(f"Invalid {what}.") from None
-    check_utf8(proto)
-    return proto
-
-
 def _unsupported(what: str) -> OTSError:
     return invalid(f"{what} is not supported by the local Tablestore server.")
 
@@ -295,7 +284,7 @@ def _tokens_or_values(field: SearchField) -> Callable[[_Doc], Iterable[Any]]:
 
 
 def _term(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.TermQuery, body, "TermQuery")
+    q = parse_nested(spb.TermQuery, body, "TermQuery")
     field = _field(schema, q.field_name)
     value = _query_value(field, _decode_term(q.term))
     if field.type == spb.TEXT:
@@ -304,7 +293,7 @@ def _term(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _terms(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.TermsQuery, body, "TermsQuery")
+    q = parse_nested(spb.TermsQuery, body, "TermsQuery")
     field = _field(schema, q.field_name)
     wanted = {_query_value(field, _decode_term(t)) for t in q.terms}
     if field.type == spb.TEXT:
@@ -313,7 +302,7 @@ def _terms(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _range(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.RangeQuery, body, "RangeQuery")
+    q = parse_nested(spb.RangeQuery, body, "RangeQuery")
     field = _field(schema, q.field_name)
     lo = _decode_term(q.range_from) if q.HasField("range_from") else None
     hi = _decode_term(q.range_to) if q.HasField("range_to") else None
@@ -331,7 +320,7 @@ def _range(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _prefix(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.PrefixQuery, body, "PrefixQuery")
+    q = parse_nested(spb.PrefixQuery, body, "PrefixQuery")
     field = _field(schema, q.field_name)
     prefix = _query_value(field, q.prefix)
     values = _tokens_or_values(field)
@@ -339,7 +328,7 @@ def _prefix(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _wildcard(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.WildcardQuery, body, "WildcardQuery")
+    q = parse_nested(spb.WildcardQuery, body, "WildcardQuery")
     field = _field(schema, q.field_name)
     pattern = _query_value(field, q.value)
     regex = re.compile(".*".join(".".join(map(re.escape, part.split("?")))
@@ -349,7 +338,7 @@ def _wildcard(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _exists(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.ExistsQuery, body, "ExistsQuery")
+    q = parse_nested(spb.ExistsQuery, body, "ExistsQuery")
     field = schema.fields.get(q.field_name)
     if field is None:
         raise invalid(f"Field [{q.field_name}] does not exist in the schema of search index "
@@ -372,7 +361,7 @@ def _minimum_should_match(proto: Any, count: int, default: int) -> int:
 
 
 def _match(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.MatchQuery, body, "MatchQuery")
+    q = parse_nested(spb.MatchQuery, body, "MatchQuery")
     field = _field(schema, q.field_name)
     if field.type != spb.TEXT:
         value = _text_value(field, q.text)
@@ -387,7 +376,7 @@ def _match(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _match_phrase(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.MatchPhraseQuery, body, "MatchPhraseQuery")
+    q = parse_nested(spb.MatchPhraseQuery, body, "MatchPhraseQuery")
     field = _field(schema, q.field_name)
     if field.type != spb.TEXT:
         value = _text_value(field, q.text)
@@ -411,7 +400,7 @@ def _match_phrase(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _bool(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.BoolQuery, body, "BoolQuery")
+    q = parse_nested(spb.BoolQuery, body, "BoolQuery")
     required = [_compile(schema, s) for s in (*q.must_queries, *q.filter_queries)]
     excluded = [_compile(schema, s) for s in q.must_not_queries]
     should = [_compile(schema, s) for s in q.should_queries]
@@ -458,7 +447,7 @@ def _point(text: str, what: str) -> tuple[float, float]:
 
 
 def _geo_distance(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.GeoDistanceQuery, body, "GeoDistanceQuery")
+    q = parse_nested(spb.GeoDistanceQuery, body, "GeoDistanceQuery")
     field = _geo_field(schema, q.field_name)
     lat0, lon0 = _point(q.center_point, "center_point")
     if q.distance < 0:
@@ -477,7 +466,7 @@ def _quantized(text: str) -> tuple[float, float]:
 
 
 def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.GeoBoundingBoxQuery, body, "GeoBoundingBoxQuery")
+    q = parse_nested(spb.GeoBoundingBoxQuery, body, "GeoBoundingBoxQuery")
     field = _geo_field(schema, q.field_name)
     top, left = _point(q.top_left, "top_left")
     bottom, right = _point(q.bottom_right, "bottom_right")
@@ -496,7 +485,7 @@ def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _geo_polygon(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    q = _parse(spb.GeoPolygonQuery, body, "GeoPolygonQuery")
+    q = parse_nested(spb.GeoPolygonQuery, body, "GeoPolygonQuery")
     field = _geo_field(schema, q.field_name)
     vertices = [_point(p, "the polygon") for p in q.points]
     if len(vertices) < 3:
@@ -515,7 +504,7 @@ def _geo_polygon(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 def _nested(schema: IndexSchemaInfo, body: bytes) -> _Pred:
     """A query on the objects of a NESTED field: true when one object matches it entirely."""
-    q = _parse(spb.NestedQuery, body, "NestedQuery")
+    q = parse_nested(spb.NestedQuery, body, "NestedQuery")
     parent = schema.fields.get(q.path)
     if parent is None or parent.type != spb.NESTED:
         raise invalid(f"Path [{q.path}] is not a NESTED field of search index [{schema.index_name}].")
@@ -571,7 +560,7 @@ class _Knn:
 
 
 def _knn(schema: IndexSchemaInfo, body: bytes) -> _Knn:
-    q = _parse(spb.KnnVectorQuery, body, "KnnVectorQuery")
+    q = parse_nested(spb.KnnVectorQuery, body, "KnnVectorQuery")
     field = _field(schema, q.field_name)
     if field.type != spb.VECTOR:
         raise invalid(f"Field [{q.field_name}] of type {FIELD_TYPE_NAMES[field.type]} is not a VECTOR field.")
@@ -589,15 +578,15 @@ def _refuse_nested_knn(schema: IndexSchemaInfo, body: bytes) -> _Pred:
 
 
 def _const_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    return _compile(schema, _parse(spb.ConstScoreQuery, body, "ConstScoreQuery").filter)
+    return _compile(schema, parse_nested(spb.ConstScoreQuery, body, "ConstScoreQuery").filter)
 
 
 def _function_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    return _compile(schema, _parse(spb.FunctionScoreQuery, body, "FunctionScoreQuery").query)
+    return _compile(schema, parse_nested(spb.FunctionScoreQuery, body, "FunctionScoreQuery").query)
 
 
 def _dis_max(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    queries = [_compile(schema, s) for s in _parse(spb.DisMaxQuery, body, "DisMaxQuery").queries]
+    queries = [_compile(schema, s) for s in parse_nested(spb.DisMaxQuery, body, "DisMaxQuery").queries]
     return lambda d: any(p(d) for p in queries)
 
 
@@ -833,7 +822,7 @@ def _pk_tuple(doc: Document) -> tuple[Any, ...]:
 
 def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                documents: Iterable[Document]) -> spb.SearchResponse:
-    query = _parse(spb.SearchQuery, request.search_query, "search_query")
+    query = parse_nested(spb.SearchQuery, request.search_query, "search_query")
     if query.HasField("collapse"):
         raise _unsupported("SearchQuery.collapse")
     if query.HasField("highlight"):
@@ -1018,7 +1007,7 @@ class ScanSessions:
     def parallel_scan(self, table_name: str, schema: IndexSchemaInfo,
                       request: spb.ParallelScanRequest,
                       documents: Iterable[Document]) -> spb.ParallelScanResponse:
-        scan = _parse(spb.ScanQuery, request.scan_query, "scan_query")
+        scan = parse_nested(spb.ScanQuery, request.scan_query, "scan_query")
         limit = scan.limit if scan.HasField("limit") else MAX_SCAN_LIMIT
         if not 0 < limit <= MAX_SCAN_LIMIT:
             raise invalid(f"Invalid limit: {limit}, it must be in range [1, {MAX_SCAN_LIMIT}].")

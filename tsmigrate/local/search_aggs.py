@@ -28,13 +28,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import DecodeError
 from tablestore.protobuf import search_pb2 as spb
 
 from tsmigrate.local.errors import invalid
 from tsmigrate.local.plainbuffer import PlainBufferError, decode_value, encode_value
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
-from tsmigrate.local.utf8 import check_utf8
+from tsmigrate.local.utf8 import parse_nested
 
 MAX_TOP_ROWS = 100
 DEFAULT_GROUP_SIZE = 10
@@ -150,19 +149,9 @@ def _numbers(values: list[Any], path: _Path) -> list[float]:
 # --- aggregations ----------------------------------------------------------------------------
 
 
-def _parse(message: Any, data: bytes, what: str) -> Any:
-    proto = message()
-    try:
-        proto.ParseFromString(data)
-    except DecodeError:
-        raise invalid(f"Invalid {what}.") from None
-    check_utf8(proto)
-    return proto
-
-
 def _stat(kind: int, message: Any, result: Any, what: str) -> Callable[[Tools, Sequence[Any], bytes], bytes]:
     def run(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
-        agg = _parse(message, body, what)
+        agg = parse_nested(message, body, what)
         path = _resolve(tools.schema, agg.field_name)
         _check_type(path, _NUMERIC, what)
         values = _numbers(_field_values(tools, docs, path, agg.missing or None), path)
@@ -182,7 +171,7 @@ def _stat(kind: int, message: Any, result: Any, what: str) -> Callable[[Tools, S
 
 
 def _count(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
-    agg = _parse(spb.CountAggregation, body, "CountAggregation")
+    agg = parse_nested(spb.CountAggregation, body, "CountAggregation")
     path = _resolve(tools.schema, agg.field_name)
     _check_type(path, [t for t in FIELD_TYPE_NAMES if t != spb.TEXT], "CountAggregation")
     total = sum(len(_path_values(tools, d, path)) for d in docs)
@@ -190,7 +179,7 @@ def _count(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
 
 
 def _distinct_count(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
-    agg = _parse(spb.DistinctCountAggregation, body, "DistinctCountAggregation")
+    agg = parse_nested(spb.DistinctCountAggregation, body, "DistinctCountAggregation")
     path = _resolve(tools.schema, agg.field_name)
     _check_type(path, [t for t in FIELD_TYPE_NAMES if t != spb.TEXT], "DistinctCountAggregation")
     distinct = {(type(v), v) for v in _field_values(tools, docs, path, agg.missing or None)}
@@ -198,7 +187,7 @@ def _distinct_count(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
 
 
 def _percentiles(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
-    agg = _parse(spb.PercentilesAggregation, body, "PercentilesAggregation")
+    agg = parse_nested(spb.PercentilesAggregation, body, "PercentilesAggregation")
     path = _resolve(tools.schema, agg.field_name)
     _check_type(path, _NUMERIC, "PercentilesAggregation")
     wanted = sorted(agg.percentiles) if agg.percentiles else [1, 5, 25, 50, 75, 95, 99]
@@ -218,7 +207,7 @@ def _percentiles(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
 
 
 def _top_rows(tools: Tools, docs: Sequence[Any], body: bytes) -> bytes:
-    agg = _parse(spb.TopRowsAggregation, body, "TopRowsAggregation")
+    agg = parse_nested(spb.TopRowsAggregation, body, "TopRowsAggregation")
     limit = agg.limit if agg.HasField("limit") else 1
     if not 0 < limit <= MAX_TOP_ROWS:
         raise invalid(f"TopRowsAggregation limit must be in range (0, {MAX_TOP_ROWS}]: {limit}.")
@@ -324,7 +313,7 @@ def _key_text(value: Any) -> str:
 
 
 def _group_by_field(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByField, body, "GroupByField")
+    proto = parse_nested(spb.GroupByField, body, "GroupByField")
     path = _resolve(tools.schema, proto.field_name)
     _check_type(path, (spb.LONG, spb.DOUBLE, spb.DATE, spb.KEYWORD, spb.BOOLEAN), "GroupByField")
     size = proto.size if proto.HasField("size") else DEFAULT_GROUP_SIZE
@@ -355,7 +344,7 @@ def _ranges(proto_ranges: Iterable[Any]) -> list[tuple[float, float]]:
 
 
 def _group_by_range(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByRange, body, "GroupByRange")
+    proto = parse_nested(spb.GroupByRange, body, "GroupByRange")
     path = _resolve(tools.schema, proto.field_name)
     _check_type(path, _NUMERIC, "GroupByRange")
     out = spb.GroupByRangeResult()
@@ -367,7 +356,7 @@ def _group_by_range(tools: Tools, docs: list[Any], body: bytes) -> bytes:
 
 
 def _group_by_filter(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByFilter, body, "GroupByFilter")
+    proto = parse_nested(spb.GroupByFilter, body, "GroupByFilter")
     if not proto.filters:
         raise invalid("GroupByFilter needs at least one filter.")
     out = spb.GroupByFilterResult()
@@ -393,7 +382,7 @@ def _lat_lon(text: str) -> tuple[float, float]:
 
 
 def _group_by_geo_distance(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByGeoDistance, body, "GroupByGeoDistance")
+    proto = parse_nested(spb.GroupByGeoDistance, body, "GroupByGeoDistance")
     path = _resolve(tools.schema, proto.field_name)
     _check_type(path, (spb.GEO_POINT,), "GroupByGeoDistance")
     if not proto.HasField("origin"):
@@ -422,7 +411,7 @@ def _bucketed(tools: Tools, docs: list[Any], path: _Path, missing: bytes | None,
 
 
 def _group_by_histogram(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByHistogram, body, "GroupByHistogram")
+    proto = parse_nested(spb.GroupByHistogram, body, "GroupByHistogram")
     path = _resolve(tools.schema, proto.field_name)
     _check_type(path, (spb.LONG, spb.DOUBLE), "GroupByHistogram")
     if not proto.interval:
@@ -475,7 +464,7 @@ def _offset_ms(time_zone: str) -> int:
 
 
 def _group_by_date_histogram(tools: Tools, docs: list[Any], body: bytes) -> bytes:
-    proto = _parse(spb.GroupByDateHistogram, body, "GroupByDateHistogram")
+    proto = parse_nested(spb.GroupByDateHistogram, body, "GroupByDateHistogram")
     path = _resolve(tools.schema, proto.field_name)
     _check_type(path, (spb.DATE,), "GroupByDateHistogram")
     if not proto.HasField("interval") or proto.interval.value <= 0:

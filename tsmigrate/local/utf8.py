@@ -8,8 +8,10 @@ like that fails deep in a handler (a 500). Every message parsed from a client go
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from tsmigrate.local.errors import invalid
 
@@ -18,6 +20,18 @@ _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _REPEATED = FieldDescriptor.LABEL_REPEATED
 # Message types -> whether they hold a string field at any depth (most row traffic does not).
 _holds_strings: dict[str, bool] = {}
+
+
+def parse_nested(message: type[Message], data: bytes, what: str) -> Any:
+    """A message a request carries as bytes (a search query, an aggregation), parsed and checked:
+    bytes that do not decode are 400 ``Invalid {what}.``, strings that are not UTF-8 as above."""
+    proto = message()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError:
+        raise invalid(f"Invalid {what}.") from None
+    check_utf8(proto)
+    return proto
 
 
 def check_utf8(message: Message) -> None:
