@@ -1,6 +1,7 @@
 """The CLI's commands, one module per group of verbs; ``tsmigrate.cli`` assembles them.
 
 - ``common``: error reporting, shared options, loading models and inspecting the target
+- ``init``: init (scaffold a new project)
 - ``schema``: validate, show, lint (no instance needed)
 - ``plan``: plan
 - ``apply``: apply
