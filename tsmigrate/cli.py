@@ -12,6 +12,7 @@ import click
 
 from tsmigrate import __version__
 from tsmigrate.commands.apply import apply_command
+from tsmigrate.commands.history import history_command
 from tsmigrate.commands.init import init_command
 from tsmigrate.commands.inspect import inspect_command
 from tsmigrate.commands.plan import plan
@@ -30,8 +31,8 @@ def main() -> None:
     logging.getLogger("tablestore").setLevel(logging.ERROR)
 
 
-for command in (init_command, validate, show, lint, plan, apply_command, inspect_command,
-                unlock_command, restore, rewrite, local):
+for command in (init_command, validate, show, lint, plan, apply_command, history_command,
+                inspect_command, unlock_command, restore, rewrite, local):
     main.add_command(command)
 
 

@@ -21,6 +21,7 @@ naming the row, what is wrong and how to fix it, never a raw KeyError.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import socket
@@ -60,15 +61,25 @@ class StateRowError(TsmigrateError):
     by something else)."""
 
 
+def _login() -> str:
+    """The user running this process, for the lock and the history ("" when the system has no
+    name for it, as in a container running under an arbitrary uid)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # KeyError / OSError: no passwd entry and no LOGNAME or USER
+        return ""
+
+
 @attrs.frozen
 class Owner:
     run_id: str
     host: str
     pid: int
+    user: str = ""  # who ran it; not part of ``text``, which lock writes compare
 
     @classmethod
     def me(cls) -> Owner:
-        return cls(uuid.uuid4().hex[:12], socket.gethostname(), os.getpid())
+        return cls(uuid.uuid4().hex[:12], socket.gethostname(), os.getpid(), _login())
 
     @property
     def text(self) -> str:
@@ -113,6 +124,7 @@ class Lock:
     pid: int
     acquired_ms: int
     expires_ms: int
+    user: str = ""  # rows written before tsmigrate recorded it have none
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Lock:
@@ -123,10 +135,14 @@ class Lock:
                 f"{'; '.join(problems)}. If no apply is running, remove it with "
                 "`tsmigrate unlock --force`"
             )
-        return cls(**{name: row[name] for name in _LOCK_COLUMNS})
+        user = row.get("user")
+        return cls(**{name: row[name] for name in _LOCK_COLUMNS},
+                   user=user if isinstance(user, str) else "")
 
     def describe(self) -> str:
-        return f"{self.owner}, since {_utc(self.acquired_ms)}, lease until {_utc(self.expires_ms)}"
+        who = f" (user {self.user})" if self.user else ""
+        return (f"{self.owner}{who}, since {_utc(self.acquired_ms)}, "
+                f"lease until {_utc(self.expires_ms)}")
 
     def stale_reason(self, now_ms: int) -> str | None:
         """Why the holder is gone (None: it may be running)."""
@@ -155,6 +171,7 @@ class State:
             "owner": self.owner.text,
             "host": self.owner.host,
             "pid": self.owner.pid,
+            **({"user": self.owner.user} if self.owner.user else {}),
             "acquired_ms": now_ms,
             "expires_ms": now_ms + int(LEASE_S * 1000),
         }
@@ -285,14 +302,21 @@ class State:
                 "status": status,
                 "plan": plan_id,
                 "owner": self.owner.text,
+                **({"user": self.owner.user} if self.owner.user else {}),
                 "at_ms": int(time.time() * 1000),
                 **({"error": error} if error else {}),
             },
         )
 
     def history(self) -> list[dict[str, Any]]:
-        """Every history row, oldest first, validated."""
-        rows = adapter.scan_prefix(self.client, STATE_TABLE, ("kind", "history"), "id")
+        """Every history row, oldest first, validated (none when no apply ever ran here: no
+        state table)."""
+        try:
+            rows = adapter.scan_prefix(self.client, STATE_TABLE, ("kind", "history"), "id")
+        except ts.OTSServiceError as exc:
+            if exc.code == "OTSObjectNotExist":
+                return []
+            raise
         entries = []
         for row_id, columns in rows:
             problems = _row_problems(columns, _HISTORY_COLUMNS)

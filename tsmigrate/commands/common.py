@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,6 +76,20 @@ def with_target(command: F) -> F:
     for option in reversed(target_options):
         command = option(command)
     return command
+
+
+@contextmanager
+def connected(project_dir: Path | None, target_name: str | None, endpoint: str | None,
+              instance: str | None) -> Iterator[tuple[Any, Any]]:
+    """(client, target) for a command's target, the SDK's errors turned into TargetError."""
+    from tsmigrate import adapter
+    from tsmigrate.config import load_project
+    from tsmigrate.target import connect, resolve_target
+
+    project = load_project(project_dir)
+    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        yield client, target
 
 
 def load_catalog(project_dir: Path | None, models: tuple[str, ...],

@@ -4,30 +4,14 @@ rewrites that `tsmigrate apply` started (their state lives in the instance's tsm
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
 from rich.console import Console
 
-from tsmigrate.commands.common import err_console, project_option, reports_errors, with_target
+from tsmigrate.commands.common import connected, err_console, project_option, reports_errors, with_target
 
 console = Console(highlight=False, soft_wrap=True)
-
-
-@contextmanager
-def _connected(project: Any, target_name: str | None, endpoint: str | None,
-               instance: str | None) -> Iterator[tuple[Any, Any]]:
-    """(client, target) for the command's target."""
-    from tsmigrate import adapter
-    from tsmigrate.config import load_project
-    from tsmigrate.target import connect, resolve_target
-
-    proj = load_project(project)
-    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
-    with adapter.service_errors(target.describe()), connect(proj, target) as client:
-        yield client, target
 
 
 def _rewrite_of(client: Any, table: str) -> Any:
@@ -57,7 +41,7 @@ def status(table, project, target_name, endpoint, instance, fmt):
     from tsmigrate.rewrite import machine
     from tsmigrate.rewrite.progress import status_data, status_text
 
-    with _connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrites = [_rewrite_of(client, table)] if table else machine.all_rewrites(client)
         data = [status_data(client, r) for r in rewrites]
     if fmt == "json":
@@ -89,7 +73,7 @@ def follow(table, project, target_name, endpoint, instance, seconds):
             err_console.print(f"capture lag {data['lag_s']:.1f}s, applied {data['applied']:,}, "
                               f"moved {data['moved']:,}")
 
-    with _connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
         with machine.Runner(client, rewrite.target) as runner:
             try:
@@ -111,7 +95,7 @@ def pause(table, project, target_name, endpoint, instance):
     """Pause the rewrite; the process running it stops at its next checkpoint."""
     from tsmigrate.rewrite import machine
 
-    with _connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
         if rewrite.phase not in machine.RUNNING_PHASES:
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}; "
@@ -135,7 +119,7 @@ def resume(table, project, target_name, endpoint, instance, workers, dask, max_r
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
 
-    with _connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
         if rewrite.phase not in (machine.PAUSED, machine.FAILED):
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}, not "
@@ -165,7 +149,7 @@ def finish(table, project, target_name, endpoint, instance, allow_destructive):
     table with --allow-destructive)."""
     from tsmigrate.rewrite import driver, machine
 
-    with _connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
         with machine.Runner(client, rewrite.target) as runner:
             done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
@@ -188,7 +172,7 @@ def abort(table, project, target_name, endpoint, instance):
     """Drop the target and put the source's stream back; the source's rows are untouched."""
     from tsmigrate.rewrite import driver, machine
 
-    with _connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
         with machine.Runner(client, rewrite.target) as runner:
             aborted = driver.abort(client, runner)
