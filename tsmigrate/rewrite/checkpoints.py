@@ -37,6 +37,7 @@ class SplitCheckpoint:
     digest: int = 0
     updated_ms: int = 0
     worker: str = ""
+    changed: int = 0  # a data migration's rows changed (the rows it read are ``rows``)
 
     @property
     def done(self) -> bool:
@@ -62,6 +63,7 @@ def _from_columns(index: int, columns: dict[str, Any]) -> SplitCheckpoint:
         digest=int(columns.get("digest", "0"), 16),
         updated_ms=columns.get("updated_ms", 0),
         worker=columns.get("worker", ""),
+        changed=columns.get("changed", 0),
     )
 
 
@@ -79,6 +81,8 @@ def save(client: OTSClient, job_id: str, checkpoint: SplitCheckpoint) -> None:
         "updated_ms": int(time.time() * 1000),
         "worker": f"{socket.gethostname()}:{os.getpid()}",
     }
+    if checkpoint.changed:
+        columns["changed"] = checkpoint.changed
     if checkpoint.next_start is not None:
         columns["next_start"] = bytearray(checkpoint.next_start)  # BINARY
     adapter.put_row(client, STATE_TABLE, _key(job_id, index=checkpoint.index), columns)

@@ -9,7 +9,7 @@ page. Run it in a thread, a process or on a Dask worker: all checkpoint the same
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -36,6 +36,7 @@ class SplitResult:
     digest: int
     resumed: bool  # started from a checkpoint a previous run left
     stopped: bool = False  # left before the split's end because the backfill was stopped
+    changed: int = 0  # rows a data migration changed (a rewrite: 0, every row is written)
 
 
 def versions(job: RewriteJob) -> int:
@@ -46,14 +47,15 @@ def versions(job: RewriteJob) -> int:
 
 
 def read_page(
-    raw: RawClient, table: str, start: bytes, end: bytes, limit: int = PAGE_ROWS, max_versions: int = 1
+    raw: RawClient, table: str, start: bytes, end: bytes, limit: int = PAGE_ROWS, max_versions: int = 1,
+    columns: Sequence[str] = (),
 ) -> tuple[bytes, bytes | None]:
-    """One GetRange page as PlainBuffer bytes (the newest ``max_versions`` of every cell), and
-    the key the next page starts at (None at the end of the range); the client's retry policy
-    retries throttling and lost connections."""
+    """One GetRange page as PlainBuffer bytes (the newest ``max_versions`` of every cell, or of
+    ``columns`` only), and the key the next page starts at (None at the end of the range); the
+    client's retry policy retries throttling and lost connections."""
     request = pb.GetRangeRequest(
         table_name=table, direction=pb.FORWARD, max_versions=max_versions, limit=limit,
-        inclusive_start_primary_key=start, exclusive_end_primary_key=end,
+        inclusive_start_primary_key=start, exclusive_end_primary_key=end, columns_to_get=columns,
     )
     with adapter.service_errors(f"GetRange on {table!r}"):
         response = raw.call("GetRange", request, pb.GetRangeResponse)

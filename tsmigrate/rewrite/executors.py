@@ -157,6 +157,10 @@ class BackfillResult:
     elapsed_s: float
 
     @property
+    def changed(self) -> int:
+        return sum(r.changed for r in self.results)
+
+    @property
     def rows_per_s(self) -> float:
         return self.rows / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
@@ -183,11 +187,15 @@ def run_backfill(
     executor: Executor,
     progress: Callable[[BackfillProgress], None] | None = None,
     poll_s: float = POLL_S,
+    task: Callable[..., SplitResult] = copy_split,
 ) -> BackfillResult:
     """Copy every split not done yet, ``executor.concurrency`` at a time, calling ``progress``
     about every ``poll_s`` seconds; returns once all are done. When a task fails or ``progress``
     raises (a pause, say), the running tasks are asked to stop after their current page, and the
-    error propagates: the checkpoints keep where every split was."""
+    error propagates: the checkpoints keep where every split was.
+
+    ``task(spec, job, split)`` is the split task: the rewrite's copy, or a data migration's
+    (``tsmigrate.rewrite.backfill``); ``job`` needs an ``id`` and a ``max_rows_per_s``."""
     client = spec.client()
     checkpoints.clear_stop(client, job.id)
     switch_interval = sys.getswitchinterval()
@@ -198,9 +206,10 @@ def run_backfill(
     todo = [s for s in splits if not (s.index in known and known[s.index].done)]
     rate = job.max_rows_per_s
     task_job = attrs.evolve(job, max_rows_per_s=rate / executor.concurrency) if rate else job
-    results = {i: SplitResult(i, s.rows, s.bytes, s.digest, True) for i, s in known.items() if s.done}
+    results = {i: SplitResult(i, s.rows, s.bytes, s.digest, True, changed=s.changed)
+               for i, s in known.items() if s.done}
     restarts = 0
-    handles = {executor.submit(copy_split, spec, task_job, split): split for split in todo}
+    handles = {executor.submit(task, spec, task_job, split): split for split in todo}
     try:
         while handles:
             done, _ = executor.wait(list(handles), poll_s)
@@ -216,7 +225,7 @@ def run_backfill(
                         ) from None
                     restarts += 1
                     unfinished = [split, *handles.values()]
-                    handles = {executor.submit(copy_split, spec, task_job, s): s for s in unfinished}
+                    handles = {executor.submit(task, spec, task_job, s): s for s in unfinished}
                     break
             if progress is not None:
                 progress(_progress(client, job, splits, started, rows_before))
@@ -229,7 +238,8 @@ def run_backfill(
             handle.cancel()
     if any(r.stopped for r in results.values()):
         raise TsmigrateError(
-            "the backfill was stopped; run the rewrite again to continue from its checkpoints"
+            "the backfill was stopped; run it again (apply, or upgrade) to continue from its "
+            "checkpoints"
         )
     ordered = tuple(results[s.index] for s in splits)
     return BackfillResult(

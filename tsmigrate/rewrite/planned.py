@@ -54,15 +54,20 @@ def mask_live(client: Any, live: Catalog) -> Catalog:
     return Catalog(tables=[changes[t.name](t) if t.name in changes else t for t in live.tables])
 
 
-def _job(live: Catalog, models: Catalog, source: str, target: str) -> RewriteJob:
+def _job(live: Catalog, models: Catalog, source: str, target: str,
+         custom: str | None = None) -> RewriteJob:
     source_table = live.table(source)
     target_table = models.table(target)
     assert source_table is not None and target_table is not None
-    return RewriteJob(id=uuid.uuid4().hex[:16], source=source_table, target=target_table)
+    return RewriteJob(id=uuid.uuid4().hex[:16], source=source_table, target=target_table,
+                      custom=custom)
 
 
-def start(client: Any, live: Catalog, models: Catalog, step: ops.RewriteTable) -> machine.Rewrite:
-    job = _job(live, models, step.source, step.table)
+def start(client: Any, live: Catalog, models: Catalog, step: ops.RewriteTable,
+          custom: str | None = None) -> machine.Rewrite:
+    """Start the rewrite ``step`` plans; ``custom``: a key transform's reference
+    (``tsmigrate.rewrite.functions``) for keys no derivation expresses."""
+    job = _job(live, models, step.source, step.table, custom)
     return machine.start(client, source=step.source, target=step.table,
                          doc={"job": job.to_json(), "key_change": step.key_change})
 

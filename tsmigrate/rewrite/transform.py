@@ -20,7 +20,6 @@ bytes. Both give the same target row, byte for byte, and the same digest.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ import attrs
 from tsmigrate.errors import KeyDerivationError, TsmigrateError
 from tsmigrate.keys import Derivation
 from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
+from tsmigrate.rewrite import functions
 from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, encode_key_cells, row_checksum, scan_rows
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
@@ -102,11 +102,9 @@ def _coerce(value: Any, kind: str | None) -> Any:
 
 
 def _load(custom: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    module, _, function = custom.partition(":")
-    try:
-        return getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise TsmigrateError(f"custom transform {custom!r} cannot be imported: {exc}") from None
+    """A custom key transform by reference: ``"module:function"``, or a migration script's
+    function (``"/path/script.py:function"``, what ``op.rewrite_table(transform=fn)`` records)."""
+    return functions.resolve(custom, "custom transform")
 
 
 @attrs.define
