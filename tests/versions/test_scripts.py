@@ -112,3 +112,10 @@ def test_duplicate_revision_and_missing_parent(tmp_path):
     write_script(migrations, "bbb222", "aaa112")
     with pytest.raises(MissingParentError, match=r"bbb222 names parent 'aaa112'"):
         ScriptDirectory.load("migrations", tmp_path)
+
+
+def test_load_callable_of_an_unreadable_reference_is_a_typed_error(tmp_path):
+    with pytest.raises(ScriptImportError, match="cannot read revision script"):
+        load_callable(f"{tmp_path}/gone.py:fill")
+    with pytest.raises(ScriptImportError, match="cannot read revision script"):
+        load_callable("no_such_pkg_zz:migrations/versions/a.py:fill")

@@ -108,16 +108,23 @@ class TransformedRewrite:
 Operation = ops.Step | Backfill | TransformedRewrite
 
 
+def script_table(table: Table) -> Table:
+    """What the versioned chain knows of a table: what the service stores, plus the key
+    derivations and the attribute columns derivations and search indexes read (so a later change
+    of derivation is seen, and a rewrite or an index knows its columns' types)."""
+    sources = {s for c in table.primary_key if c.derivation is not None for s in c.derivation.sources}
+    sources |= {f.name for index in table.search_indexes for f in index.fields}
+    return attrs.evolve(physical_table(table), primary_key=table.primary_key,
+                        attributes=[a for a in table.attributes if a.name in sources])
+
+
 def next_catalog(catalog: Catalog, operation: Operation) -> Catalog:
-    """The schema after ``operation``. A created table keeps its key derivations (as the catalog
-    apply records does), so a later change of derivation is seen; data operations change no
-    schema."""
+    """The schema after ``operation`` (a created table as ``script_table`` gives it; data
+    operations change no schema)."""
     if isinstance(operation, (Backfill, TransformedRewrite)):
         return catalog
     if isinstance(operation, ops.CreateTable):
-        table = attrs.evolve(physical_table(operation.definition),
-                             primary_key=operation.definition.primary_key)
-        return Catalog(tables=(*catalog.tables, table))
+        return Catalog(tables=(*catalog.tables, script_table(operation.definition)))
     return ops.transform(catalog, operation)
 
 

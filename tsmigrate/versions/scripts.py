@@ -260,17 +260,19 @@ def load_callable(reference: str) -> Callable[..., Any]:
     path, _, qualname = reference.rpartition(":")
     module = _CACHE.get(path) or sys.modules.get(_module_name(path))
     if module is None:
-        if Path(path).is_file():
-            source = Path(path).read_bytes()
-        else:
-            spec, _, rest = path.partition(":")
-            files: Any = importlib.resources.files(spec)
-            for part in filter(None, rest.split("/")):
-                files = files.joinpath(part)
-            try:
+        try:
+            if Path(path).is_file():
+                source = Path(path).read_bytes()
+            else:
+                package, _, rest = path.partition(":")
+                files: Any = importlib.resources.files(package)
+                for part in filter(None, rest.split("/")):
+                    files = files.joinpath(part)
                 source = files.read_bytes()
-            except OSError as exc:
-                raise UnknownRevisionError(f"cannot read revision script {path}: {exc}") from None
+        except Exception as exc:  # a missing file, a package that is not installed
+            raise ScriptImportError(
+                f"cannot read revision script {path} (for {reference}): {type(exc).__name__}: {exc}"
+            ) from None
         module = _execute(source, path)
     _CACHE[path] = module
     target: Any = module
