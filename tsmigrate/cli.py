@@ -17,6 +17,13 @@ from tsmigrate.commands.init import init_command
 from tsmigrate.commands.inspect import inspect_command
 from tsmigrate.commands.plan import plan
 from tsmigrate.commands.restore import restore
+from tsmigrate.commands.revisions import (
+    check_command,
+    hash_command,
+    heads_command,
+    merge_command,
+    revision_command,
+)
 from tsmigrate.commands.rewrite import rewrite
 from tsmigrate.commands.schema import lint, show, validate
 from tsmigrate.commands.unlock import unlock_command
@@ -32,7 +39,8 @@ def main() -> None:
 
 
 for command in (init_command, validate, show, lint, plan, apply_command, history_command,
-                inspect_command, unlock_command, restore, rewrite, local):
+                inspect_command, unlock_command, restore, rewrite, revision_command, merge_command,
+                heads_command, hash_command, check_command, local):
     main.add_command(command)
 
 

@@ -45,8 +45,14 @@ class Source:
         self.imports: dict[str, set[str]] = {}
 
     def import_lines(self) -> list[str]:
-        return [f"from {module} import {', '.join(sorted(names))}"
-                for module, names in sorted(self.imports.items())]
+        lines = []
+        for module, names in sorted(self.imports.items()):
+            line = f"from {module} import {', '.join(sorted(names))}"
+            if len(line) > WIDTH:
+                listed = "".join(f"{INDENT}{name},\n" for name in sorted(names))
+                line = f"from {module} import (\n{listed})"
+            lines.append(line)
+        return lines
 
     def value(self, value: Any, indent: int = 0) -> str:
         """``value`` as source; broken over lines (items one level deeper than ``indent``, which
