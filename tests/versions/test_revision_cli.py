@@ -230,3 +230,24 @@ def test_autogenerate_against_a_live_instance(proj):
     text = _scripts(proj)[0].read_text()
     # The live instance already has t0, so only the change is written (no create_table).
     assert "op.create_table" not in text and "op.create_index('t0', SecondaryIndex(" in text
+
+
+def test_a_package_resource_holds_the_scripts(proj):
+    package = proj / "billing_schema_cli"
+    (package / "migrations").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    with (proj / "pyproject.toml").open("a") as f:
+        f.write('migrations = "billing_schema_cli:migrations"\n')
+    out = _ok(run(proj, "revision", "-m", "create tables", "--autogenerate")).stdout
+    assert "wrote billing_schema_cli/migrations/versions/" in out
+    assert (package / "migrations" / "tsmigrate.sum").is_file()
+    assert "ok: 1 revision" in _ok(run(proj, "check")).stdout
+
+
+def test_autogenerate_against_the_embedded_instance(proj):
+    _ok(run(proj, "apply", "--yes"))
+    assert "nothing written" in _ok(run(proj, "revision", "-m", "x", "--autogenerate",
+                                        "--against", "local")).stdout
+    (proj / "app_models.py").write_text(MODELS_ADD_INDEX)
+    out = _ok(run(proj, "revision", "-m", "x", "--autogenerate", "--against", "local")).stdout
+    assert "2 steps from embedded local instance" in out
