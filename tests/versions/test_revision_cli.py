@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -251,3 +252,22 @@ def test_autogenerate_against_the_embedded_instance(proj):
     (proj / "app_models.py").write_text(MODELS_ADD_INDEX)
     out = _ok(run(proj, "revision", "-m", "x", "--autogenerate", "--against", "local")).stdout
     assert "2 steps from embedded local instance" in out
+
+
+def test_history_lists_the_revisions_newest_first(proj):
+    assert "no revisions yet" in _ok(run(proj, "history", "--revisions")).stdout
+    _ok(run(proj, "revision", "-m", "base", "--autogenerate"))
+    base = _scripts(proj)[0].name[:12]
+    _ok(run(proj, "revision", "-m", "branch a"))
+    _ok(run(proj, "revision", "-m", "branch b", "--head", base))
+    a, b = (next(p.name[:12] for p in _scripts(proj) if name in p.name) for name in ("branch_a", "branch_b"))
+    _ok(run(proj, "merge", "-m", "join", a, b))
+    merge = next(p.name[:12] for p in _scripts(proj) if "join" in p.name)
+    lines = _ok(run(proj, "history", "--revisions")).stdout.splitlines()
+    assert lines[0] == f"{', '.join(sorted([a, b]))} -> {merge} (head, merge)  join"
+    assert set(lines[1:3]) == {f"{base} -> {a}  branch a", f"{base} -> {b}  branch b"}
+    assert lines[3] == f"<base> -> {base}  base"
+    limited = _ok(run(proj, "history", "--revisions", "--limit", "1")).stdout.splitlines()
+    assert limited == [lines[0], "(the 1 newest of 4 revisions; --limit N for more)"]
+    data = json.loads(_ok(run(proj, "history", "--revisions", "--format", "json")).stdout)
+    assert len(data) == 4 and data[0]["revision"] == merge and data[0]["head"] and data[-1]["parents"] == []

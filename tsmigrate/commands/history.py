@@ -1,4 +1,6 @@
-"""`tsmigrate history`: the steps applies recorded on the target, newest first."""
+"""`tsmigrate history`: the steps applies recorded on the target, newest first; or, with
+``--revisions`` (the default when ``[tool.tsmigrate] workflow = "versioned"``), the revision
+scripts, newest first (no instance needed)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,30 @@ DEFAULT_LIMIT = 20
               metavar="N", help="Show the N newest steps.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
+@click.option("--revisions/--runs", "revisions", default=None,
+              help="List the revision scripts (versioned migrations, no instance needed) / the "
+                   "runs applied to the target. Default: --revisions when [tool.tsmigrate] "
+                   "workflow is \"versioned\", else --runs.")
 @reports_errors
-def history_command(project, target_name, endpoint, instance, limit, fmt):
-    """Steps applied to the target, newest first: run, outcome, when and who ran them."""
+def history_command(project, target_name, endpoint, instance, limit, fmt, revisions):
+    """Steps applied to the target, newest first: run, outcome, when and who ran them.
+
+    With --revisions (the default in versioned mode): the revision scripts, newest first, each
+    as `parents -> revision (head, merge)  message`.
+    """
     from tsmigrate.history import history_json, history_text, newest_first, runs
     from tsmigrate.state import State
+
+    if revisions is None:
+        from tsmigrate.config import load_project
+
+        revisions = load_project(project).settings.get("workflow") == "versioned"
+    if revisions:
+        from tsmigrate.commands.revisions import revision_history, script_directory
+
+        _, directory = script_directory(project)
+        click.echo(revision_history(directory, fmt, limit), nl=False)
+        return
 
     with connected(project, target_name, endpoint, instance) as (client, target):
         state = State(client)

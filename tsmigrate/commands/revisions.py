@@ -26,7 +26,7 @@ EXIT_REPLAY_FAILS = 6
 EXIT_UNCAPTURED_CHANGES = 7
 
 
-def _directory(project_dir: Path | None, models: tuple[str, ...] = ()):
+def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
     from tsmigrate.config import load_project
     from tsmigrate.versions.scripts import ScriptDirectory
 
@@ -115,7 +115,7 @@ def revision_command(message, autogenerate, against, head_spec, models, project)
         raise ConfigError("--against compares the models with a live instance: it needs --autogenerate")
     if not message.strip():
         raise ConfigError("-m/--message must say what the revision does")
-    proj, directory = _directory(project, models)
+    proj, directory = script_directory(project, models)
     directory.location.writable()
     sumfile.verify(directory)  # never bless an edited script by rewriting the sum
     graph = directory.graph
@@ -170,7 +170,7 @@ def merge_command(revisions, message, project):
     from tsmigrate.versions import autogen, sumfile
     from tsmigrate.versions.replay import replay
 
-    _, directory = _directory(project)
+    _, directory = script_directory(project)
     graph = directory.graph
     parents = sorted({graph.lookup(spec) for spec in revisions})
     if len(parents) < 2:
@@ -205,7 +205,7 @@ def merge_command(revisions, message, project):
 @reports_errors
 def heads_command(fmt, project):
     """The revisions no other revision builds on (one, unless branches need a merge)."""
-    _, directory = _directory(project)
+    _, directory = script_directory(project)
     heads = [directory.scripts[rev] for rev in directory.graph.heads]
     if fmt == "json":
         click.echo(json.dumps([{"revision": s.revision, "message": s.message,
@@ -227,16 +227,16 @@ def hash_command(project):
     """Rewrite tsmigrate.sum for the scripts as they are (after a deliberate edit)."""
     from tsmigrate.versions import sumfile
 
-    _, directory = _directory(project)
+    _, directory = script_directory(project)
     before = sumfile.differences(directory)
     path = sumfile.write(directory)
     changed = f" (it did not match: {'; '.join(before)})" if before else " (unchanged)"
     click.echo(f"wrote {_relative(path)}{changed}")
 
 
-def revision_history(directory, fmt: str) -> str:
-    """The revisions, newest first (reverse graph order), for `tsmigrate history`."""
-    scripts = list(reversed(directory.in_order()))
+def revision_history(directory, fmt: str, limit: int | None = None) -> str:
+    """The ``limit`` newest revisions (reverse graph order), for `tsmigrate history --revisions`."""
+    scripts = list(reversed(directory.in_order()))[:limit]
     heads = set(directory.graph.heads)
     if fmt == "json":
         return json.dumps([{"revision": s.revision, "parents": list(s.down_revisions),
@@ -255,17 +255,9 @@ def revision_history(directory, fmt: str) -> str:
             tags.append("merge")
         tag = f" ({', '.join(tags)})" if tags else ""
         lines.append(f"{parents} -> {script.revision}{tag}  {script.message}")
+    if limit is not None and len(directory.scripts) > limit:
+        lines.append(f"(the {limit} newest of {len(directory.scripts)} revisions; --limit N for more)")
     return "\n".join(lines) + "\n"
-
-
-@click.command(name="revisions")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@project_option
-@reports_errors
-def revisions_command(fmt, project):
-    """List the revision scripts, newest first: parents -> revision, head and merge marks."""
-    _, directory = _directory(project)
-    click.echo(revision_history(directory, fmt), nl=False)
 
 
 @click.command(name="check")
@@ -288,7 +280,7 @@ def check_command(models, project):
     from tsmigrate.versions import sumfile
     from tsmigrate.versions.check import replay_all
 
-    proj, directory = _directory(project, models)
+    proj, directory = script_directory(project, models)
     failures: list[tuple[int, str]] = []
     for problem in sumfile.differences(directory):
         failures.append((EXIT_SUM_MISMATCH, f"tsmigrate.sum: {problem} (`tsmigrate hash` after "
