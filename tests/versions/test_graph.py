@@ -158,3 +158,26 @@ def test_missing_parent_and_cycle():
         RevisionGraph({"base": (), "x": ("y",), "y": ("x",)})
     with pytest.raises(RevisionCycleError):
         RevisionGraph({"s": ("s",)})
+
+
+@given(st.integers(1, 12), st.data())
+def test_relative_steps_walk_a_chain(length, data):
+    graph = chain(length)
+    start = data.draw(st.integers(-1, length - 1))  # -1: nothing applied
+    applied = [f"r{start}"] if start >= 0 else []
+    up = data.draw(st.integers(1, length))
+    if start + up < length:
+        assert graph.resolve(f"+{up}", applied) == f"r{start + up}"
+        assert len(graph.upgrade_path(applied, f"r{start + up}")) == up
+    else:
+        with pytest.raises(UnknownRevisionError):
+            graph.resolve(f"+{up}", applied)
+    if start >= 0:
+        down = data.draw(st.integers(1, length))
+        if down <= start + 1:
+            expected = f"r{start - down}" if down <= start else None
+            assert graph.resolve(f"-{down}", applied) == expected
+            assert len(graph.downgrade_path(applied, expected)) == down
+        else:
+            with pytest.raises(UnknownRevisionError):
+                graph.resolve(f"-{down}", applied)

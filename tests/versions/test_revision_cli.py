@@ -271,3 +271,22 @@ def test_history_lists_the_revisions_newest_first(proj):
     assert limited == [lines[0], "(the 1 newest of 4 revisions; --limit N for more)"]
     data = json.loads(_ok(run(proj, "history", "--revisions", "--format", "json")).stdout)
     assert len(data) == 4 and data[0]["revision"] == merge and data[0]["head"] and data[-1]["parents"] == []
+
+
+def test_merge_warns_when_the_branches_do_not_replay_together(proj):
+    _ok(run(proj, "revision", "-m", "base"))
+    base = _scripts(proj)[0].name[:12]
+    for name in ("left", "right"):
+        _ok(run(proj, "revision", "-m", name, "--head", base))
+        script = next(p for p in _scripts(proj) if name in p.name)
+        script.write_text("from tsmigrate.schema import PrimaryKeyColumn, Table\n" + script.read_text()
+                          .replace("def upgrade(op):\n    pass",
+                                   "def upgrade(op):\n    op.create_table(Table('x', "
+                                   "[PrimaryKeyColumn('id', 'STRING')]))"))
+        _ok(run(proj, "hash"))
+    heads = [p.name[:12] for p in _scripts(proj) if "left" in p.name or "right" in p.name]
+    result = _ok(run(proj, "merge", *heads))
+    assert "the merged branches do not replay together" in result.stderr
+    assert "table 'x' already exists at this point of the chain" in result.stderr
+    failed = _ok(run(proj, "check"), 6)
+    assert "table 'x' already exists" in failed.stderr
