@@ -290,3 +290,14 @@ def test_merge_warns_when_the_branches_do_not_replay_together(proj):
     assert "table 'x' already exists at this point of the chain" in result.stderr
     failed = _ok(run(proj, "check"), 6)
     assert "table 'x' already exists" in failed.stderr
+
+
+def test_a_sum_file_with_conflict_markers_fails_check_on_the_sum(proj):
+    _ok(run(proj, "revision", "-m", "one", "--autogenerate"))
+    path = proj / "migrations" / "tsmigrate.sum"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(["<<<<<<< HEAD", *lines, "=======", ">>>>>>> other"]) + "\n")
+    failed = _ok(run(proj, "check"), 4)
+    assert "is not a sum file (its first line must be h1:...)" in failed.stderr
+    _ok(run(proj, "hash"))
+    _ok(run(proj, "check"))

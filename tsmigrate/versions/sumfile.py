@@ -84,7 +84,10 @@ def write(directory: ScriptDirectory) -> Path:
 
 def differences(directory: ScriptDirectory) -> list[str]:
     """What differs between the scripts and the sum file, in words (empty: they match)."""
-    recorded = read(directory)
+    try:
+        recorded = read(directory)
+    except SumMismatchError as exc:  # not a sum file any more (a merge conflict left in it)
+        return [str(exc)]
     actual = compute(directory)
     if recorded is None:
         return [f"{sum_path(directory)} is missing"] if actual.lines else []
