@@ -119,3 +119,32 @@ def test_load_callable_of_an_unreadable_reference_is_a_typed_error(tmp_path):
         load_callable(f"{tmp_path}/gone.py:fill")
     with pytest.raises(ScriptImportError, match="cannot read revision script"):
         load_callable("no_such_pkg_zz:migrations/versions/a.py:fill")
+
+
+def test_a_zipped_package_loads_read_only(tmp_path, monkeypatch):
+    """An installed package need not be a directory on disk (a zipped wheel, a zipapp)."""
+    import zipfile
+
+    from scriptdir import write_script
+
+    source = tmp_path / "src"
+    package = source / "billing_schema_zip"
+    (package / "migrations").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    write_script(package / "migrations", "aaa111", None, message="first",
+                 header="def fill(row):\n    return {'z': 1}\n")
+    write_script(package / "migrations", "bbb222", "aaa111", message="second")
+    archive = tmp_path / "billing_schema_zip.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in package.rglob("*"):
+            zf.write(path, path.relative_to(source))
+    monkeypatch.syspath_prepend(str(archive))
+    directory = ScriptDirectory.load("billing_schema_zip:migrations", tmp_path / "elsewhere")
+    assert directory.graph.heads == ("bbb222",)
+    assert directory.location.path is None
+    with pytest.raises(ScriptImportError, match="inside an installed package"):
+        directory.location.writable()
+    reference = directory.get("aaa").reference(directory.get("aaa").module.fill)
+    assert reference == "billing_schema_zip:migrations/versions/aaa111_first.py:fill"
+    sys.modules.pop(_module_name(reference.rpartition(":")[0]))  # as in a fresh worker process
+    assert load_callable(reference)({}) == {"z": 1}
