@@ -301,3 +301,36 @@ def test_a_sum_file_with_conflict_markers_fails_check_on_the_sum(proj):
     assert "is not a sum file (its first line must be h1:...)" in failed.stderr
     _ok(run(proj, "hash"))
     _ok(run(proj, "check"))
+
+
+FAMILY_MODELS = """
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.families import Monthly
+
+class Plain(Model, table='plain'):
+    id = PrimaryKey(str)
+
+class Snap(Model, table='snaps', family=Monthly('captured_at', ahead=1, retain=3, archive='unused')):
+    keyword = PrimaryKey(str)
+    captured_at = PrimaryKey(int)
+    rank = Column(int)
+"""
+
+
+def test_table_families_stay_out_of_revisions(proj):
+    (proj / "app_models.py").write_text(FAMILY_MODELS)
+    out = _ok(run(proj, "revision", "-m", "first", "--autogenerate")).stdout
+    assert "note: table family snaps: its month tables are planned by date" in out
+    assert "1 step from an empty instance" in out and "create table plain" in out
+    text = _scripts(proj)[0].read_text()
+    assert "snaps" not in text
+    # A month table a revision creates by hand is not "a change no revision captures" either.
+    _ok(run(proj, "revision", "-m", "month"))
+    month = next(p for p in _scripts(proj) if "month" in p.name)
+    month.write_text("from tsmigrate.schema import PrimaryKeyColumn, Table\n" + month.read_text().replace(
+        "def upgrade(op):\n    pass",
+        "def upgrade(op):\n    op.create_table(Table('snaps_202601', [PrimaryKeyColumn('keyword', 'STRING'), "
+        "PrimaryKeyColumn('captured_at', 'INTEGER')]))").replace(
+        "def downgrade(op):\n    pass", "def downgrade(op):\n    op.drop_table('snaps_202601')"))
+    _ok(run(proj, "hash"))
+    assert "ok: 2 revisions" in _ok(run(proj, "check")).stdout

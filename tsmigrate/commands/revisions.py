@@ -55,6 +55,7 @@ def _write_revision(directory, *, message: str, parents: list[str], bodies, expe
     from tsmigrate.errors import TsmigrateError
     from tsmigrate.plan import make_plan
     from tsmigrate.versions import autogen, sumfile
+    from tsmigrate.versions.check import without_families
     from tsmigrate.versions.errors import ReplayError
     from tsmigrate.versions.replay import replay
     from tsmigrate.versions.scripts import VERSIONS, ScriptDirectory
@@ -73,8 +74,8 @@ def _write_revision(directory, *, message: str, parents: list[str], bodies, expe
             raise ReplayError(f"the template {autogen.TEMPLATE} writes no `revision = "
                               f"{revision!r}` line")
         if expected is not None:
-            head = replay(written, revision)
-            left = make_plan(head, expected, prune=True).steps
+            versioned = without_families(expected, replay(written, revision))
+            left = make_plan(versioned.schema, versioned.models, prune=True).steps
             if left:
                 raise ReplayError("the script does not replay to the models' schema; still to do: "
                                   + "; ".join(s.summary() for s in left))
@@ -109,6 +110,7 @@ def revision_command(message, autogenerate, against, head_spec, models, project)
     from tsmigrate.plan import make_plan
     from tsmigrate.schema import Catalog
     from tsmigrate.versions import autogen, sumfile
+    from tsmigrate.versions.check import without_families
     from tsmigrate.versions.replay import replay
 
     if against and not autogenerate:
@@ -129,22 +131,27 @@ def revision_command(message, autogenerate, against, head_spec, models, project)
         path = _write_revision(directory, message=message, parents=parents, bodies=bodies)
         click.echo(f"wrote {_relative(path)} (parent: {parent or 'base'})")
         return
-    _, declared = load_catalog(proj.root, proj.models)
+    _, models_catalog = load_catalog(proj.root, proj.models)
     if against:
-        target, before = _live_catalog(proj, against)
+        target, live = _live_catalog(proj, against)
         source = target.describe()
         prune = False
     else:
-        before = replay(directory, parent) if parent else Catalog()
+        live = replay(directory, parent) if parent else Catalog()
         source = f"revision {parent}" if parent else "an empty instance"
         prune = True
+    versioned = without_families(models_catalog, live)
+    before, declared = versioned.schema, versioned.models
+    for family in versioned.families:
+        click.echo(f"note: table family {family}: its month tables are planned by date "
+                   "(tsmigrate plan/apply), not written into revisions")
     plan = make_plan(before, declared, prune=prune)
     steps = [s for s in plan.steps if s.kind != "retire_table"]
     if not steps:
         click.echo(f"no changes between the models and {source}; nothing written")
         return
     bodies = autogen.render_bodies(before, steps)
-    expected = None if against else declared
+    expected = None if against else models_catalog
     path = _write_revision(directory, message=message, parents=parents, bodies=bodies,
                            expected=expected)
     click.echo(f"wrote {_relative(path)} (parent: {parent or 'base'}): {len(steps)} step"
@@ -278,7 +285,7 @@ def check_command(models, project):
     from tsmigrate.lint import run_lint
     from tsmigrate.plan import make_plan
     from tsmigrate.versions import sumfile
-    from tsmigrate.versions.check import replay_all
+    from tsmigrate.versions.check import replay_all, without_families
 
     proj, directory = script_directory(project, models)
     failures: list[tuple[int, str]] = []
@@ -299,7 +306,8 @@ def check_command(models, project):
         lint_errors += [(f"revision {revision} step {f.step}", f)
                         for f in blocking_findings(findings, plan, allow_destructive=True) if f.step]
     if len(heads) <= 1 and result.head is not None:
-        left = make_plan(result.head, declared, prune=True).steps
+        versioned = without_families(declared, result.head)
+        left = make_plan(versioned.schema, versioned.models, prune=True).steps
         if left:
             failures.append((EXIT_UNCAPTURED_CHANGES,
                              f"the models have {len(left)} change(s) no revision captures: "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import attrs
 
 from tsmigrate import ops
+from tsmigrate.model import registered_models
 from tsmigrate.plan import Plan, make_plan
 from tsmigrate.schema import Catalog
 from tsmigrate.versions.errors import IrreversibleError, MigrationError
@@ -32,6 +33,33 @@ def _plan(collected: Collected) -> Plan:
         fingerprints.append(state.fingerprint())
     return Plan(steps=steps, undeclared=(), source_fingerprint=collected.catalog_before.fingerprint(),
                 target_fingerprint=state.fingerprint(), step_fingerprints=fingerprints)
+
+
+@attrs.frozen
+class Versioned:
+    """The models and a replayed schema as revisions capture them: without table families,
+    whose month tables depend on the date (apply plans them), so that next month's table is
+    never "a change no revision captures"."""
+
+    models: Catalog
+    schema: Catalog
+    families: tuple[str, ...]
+
+
+def without_families(models: Catalog, schema: Catalog) -> Versioned:
+    family_models = {m._qualname(): m for m in registered_models() if m.table_family() is not None}
+    families = {t.name: family_models[t.source] for t in models.tables if t.source in family_models}
+
+    def month_table(name: str) -> bool:
+        return any(m.table_family().month_of_table(template, name) is not None  # type: ignore[union-attr]
+                   for template, m in families.items())
+
+    return Versioned(
+        models=Catalog(tables=[t for t in models.tables if t.name not in families]),
+        schema=Catalog(tables=[t for t in schema.tables
+                               if t.name not in families and not month_table(t.name)]),
+        families=tuple(sorted(families)),
+    )
 
 
 def same_schema(a: Catalog, b: Catalog) -> bool:
