@@ -48,7 +48,8 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import search_protocol as sp
 from tsmigrate.local.auth import Credentials
-from tsmigrate.local.server import LocalServer, ServerOptions
+from tsmigrate.local.context import ServerOptions
+from tsmigrate.local.server import LocalServer
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))

@@ -32,7 +32,7 @@ from tablestore import (
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import tables
-from tsmigrate.local.server import Context, ServerOptions
+from tsmigrate.local.context import Context, ServerOptions
 from tsmigrate.local.testing import LocalTablestore
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))

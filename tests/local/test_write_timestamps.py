@@ -18,7 +18,7 @@ from tablestore import (
     UpdateRowItem,
 )
 
-from tsmigrate.local.server import ServerOptions
+from tsmigrate.local.context import ServerOptions
 from tsmigrate.local.testing import LocalTablestore
 
 PK = [("k", "x")]

@@ -78,9 +78,10 @@ def serve(
     # The SDK (whose protobuf modules we use) warns at import about its optional native codecs.
     logging.getLogger("tablestore").addHandler(logging.NullHandler())
     from tsmigrate.local.auth import Credentials
+    from tsmigrate.local.context import ServerOptions
     from tsmigrate.local.faults import FaultPlan
     from tsmigrate.local.ownership import SERVE_ROLE, DataDirInUse
-    from tsmigrate.local.server import InsecureBind, LocalServer, ServerOptions
+    from tsmigrate.local.server import InsecureBind, LocalServer
 
     if data_dir and memory:
         raise click.UsageError("--data and --memory are mutually exclusive")

@@ -23,10 +23,10 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import table_protocol as tp
 from tsmigrate.local.errors import invalid
-from tsmigrate.local.tables import MAX_DEFINED_COLUMNS, check_column_name, get_table
+from tsmigrate.local.table_rules import MAX_DEFINED_COLUMNS, check_column_name, get_table
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
 _TYPES = {pb.DCT_INTEGER, pb.DCT_DOUBLE, pb.DCT_BOOLEAN, pb.DCT_STRING, pb.DCT_BLOB}
 

@@ -19,7 +19,7 @@ rest are not published; ours (all 400 OTSParameterInvalid unless noted) say what
 update (allow_update=false)." (CreateTable, CreateIndex, and an UpdateTable that would break an
 existing index), "The number of indexes of table [t] exceeds the limit: 5.", 409
 "Index already exists: i.", 404 "Requested index does not exist." (DropIndex), and the per-column
-rules of `tables._check_index`.
+rules of `table_rules.check_index`.
 """
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, IndexInfo, PKColumn, TableInfo
 from tsmigrate.local.plainbuffer import encode_primary_key_cells
 from tsmigrate.local.storage import StoredRow
-from tsmigrate.local.tables import (
+from tsmigrate.local.table_rules import (
     TABLE_QUOTA,
-    _check_index,
-    _check_index_base_options,
-    _names_in_use,
-    _quota_used,
+    check_index,
+    check_index_base_options,
     check_table_name,
     get_table,
+    names_in_use,
+    quota_used,
 )
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
 MAX_KEY_LENGTH = 1024  # an index key value obeys the limit of a PK value
 _SCAN_PAGE = 1000
@@ -239,12 +239,12 @@ def _backfill(ctx: Context, table: TableInfo, index: IndexInfo) -> None:
 def create_index(ctx: Context, req: pb.CreateIndexRequest) -> pb.CreateIndexResponse:
     with ctx.storage.transaction():
         table = copy.deepcopy(get_table(ctx, req.main_table_name))
-        index = _check_index(table, req.index_meta)
+        index = check_index(table, req.index_meta)
         table.indexes.append(index)
-        _check_index_base_options(table)
-        if index.name in _names_in_use(ctx):
+        check_index_base_options(table)
+        if index.name in names_in_use(ctx):
             raise OTSError(409, "OTSObjectAlreadyExist", f"Index already exists: {index.name}.")
-        if _quota_used(ctx) + 1 > TABLE_QUOTA:
+        if quota_used(ctx) + 1 > TABLE_QUOTA:
             raise OTSError(403, "OTSQuotaExhausted", "Number of tables exceeded the quota.")
         index.table_id = ctx.storage.new_table_id()
         if req.include_base_data:

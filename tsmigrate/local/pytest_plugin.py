@@ -20,7 +20,7 @@ import pytest
 if TYPE_CHECKING:
     from tablestore import OTSClient
 
-    from tsmigrate.local.server import ServerOptions
+    from tsmigrate.local.context import ServerOptions
     from tsmigrate.local.testing import LocalTablestore
 
 

@@ -19,11 +19,12 @@ import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import fastrow, keycodec, rowdata, transactions
+from tsmigrate.local.context import RowChange
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
 from tsmigrate.local.indexes import readable_table, writable_table
@@ -49,10 +50,10 @@ from tsmigrate.local.plainbuffer import (
 )
 from tsmigrate.local.rowdata import ReadSpec
 from tsmigrate.local.storage import Cells, StoredRow
-from tsmigrate.local.tables import NAME_RE
+from tsmigrate.local.table_rules import NAME_RE
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
 MAX_PK_LENGTH = 1024
 MAX_VALUE_LENGTH = 2 * 1024 * 1024
@@ -205,15 +206,6 @@ def _add_version(cells: Cells, name: str, version: tuple[int, object, bytes, int
 
 
 # -- row mutations -------------------------------------------------------------------------------
-
-
-class RowChange(NamedTuple):
-    """A write in the request's terms, for mutation hooks (`Context.row_change`): the operation
-    (pb.PUT / UPDATE / DELETE) and its cells as (name, value, op, timestamp), with the server's
-    timestamps filled in. An increment appears as the value it produced."""
-
-    op: int
-    cells: list[tuple[str, object, int | None, int | None]]
 
 
 @dataclass

@@ -50,7 +50,7 @@ from tsmigrate.local.search_schema import (
 from tsmigrate.local.storage import SearchIndexRecord
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
 REINDEX_SUFFIX = "_reindex"
 MAX_CREATING = 10

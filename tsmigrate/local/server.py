@@ -13,8 +13,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_pb2 as pb
@@ -37,15 +35,16 @@ from tsmigrate.local.auth import (
     sign_response,
     verify_request,
 )
+from tsmigrate.local.context import Context, Handler, HookScope, MutationHook, ServerOptions
 from tsmigrate.local.errors import OTSError, auth_failed, echo, invalid
-from tsmigrate.local.faults import FaultPlan
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.ownership import Holder, Ownership
 from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
-from tsmigrate.local.storage import Storage, StoredRow
+from tsmigrate.local.storage import Storage
 from tsmigrate.local.transport import HTTPServer, Limits, Request, Response
+from tsmigrate.local.txn_registry import Transactions
 from tsmigrate.local.utf8 import check_utf8
 
 log = logging.getLogger(__name__)
@@ -57,58 +56,10 @@ TABLE_OPS = frozenset(
     {"CreateTable", "DeleteTable", "UpdateTable", "DescribeTable", "ListTable", "CreateIndex",
      "DropIndex", "AddDefinedColumn", "DeleteDefinedColumn"}
 )
-# A handler returns the response message, or its serialization when it builds that itself.
-Handler = Callable[["Context", Any], "Message | bytes"]
-# Called after every row mutation inside the request's transaction, with the row before and after
-# (None when absent). Secondary-index maintenance and streams hook in here.
-MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
-# Which tables a table-scoped hook acts on (see `LocalServer.add_table_hook`).
-HookScope = Callable[[TableInfo], bool]
-
 HANDLERS: dict[str, tuple[type[Message], Handler]] = {
     **tables.HANDLERS, **rows.HANDLERS, **streams.HANDLERS, **splits.HANDLERS, **columns.HANDLERS,
     **searchapi.HANDLERS, **indexes.HANDLERS, **transactions.HANDLERS,
 }
-
-
-@dataclass
-class Context:
-    """What a handler may use: the server, the caller's instance and the request's clock."""
-
-    server: LocalServer
-    instance: str
-    api: str
-    now: float  # seconds since the epoch
-    now_ms: int = field(init=False)  # the same instant in ms: the server's cell timestamp
-    # The write being applied, in the request's terms, while mutation hooks run (streams log it).
-    row_change: rows.RowChange | None = field(default=None, init=False)
-    # The local transaction the request runs in (its `transaction_id`), if any.
-    txn: transactions.Transaction | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        self.now_ms = int(self.now * 1000)
-
-    @property
-    def storage(self) -> Storage:
-        return self.server.storage
-
-
-@dataclass
-class ServerOptions:
-    """Runtime knobs; change them on `server.options` while the server runs."""
-
-    latency_ms: float = 0.0
-    table_ops_per_s: int = 0  # 0: no limit
-    cu_adjust_interval_s: float = 120.0  # minimum spacing of reserved-throughput changes
-    faults: FaultPlan | None = None
-    allow_any_instance: bool = False  # accept any instance name (each one separate)
-    instances: set[str] = field(default_factory=lambda: {"local"})
-    search_full_sync_s: float = 0.0  # a new search index reports sync phase FULL this long
-    search_splits_size: int = 1  # ComputeSplits' splits_size (read when the server starts)
-    # Global secondary indexes trail their table by this long (server clock); 0: synchronous.
-    global_index_lag_ms: int = 0
-    # Whether tables created without CreateTable's enable_local_txn allow local transactions.
-    local_transactions_default: bool = True
 
 
 class InsecureBind(ValueError):
@@ -167,7 +118,7 @@ class LocalServer:
                 self._ownership.release()
             raise
         self.scan_sessions = ScanSessions(self.options.search_splits_size)
-        self.transactions = transactions.Transactions()
+        self.transactions = Transactions()
         self.mutation_hooks: list[MutationHook] = []  # run for writes to every table
         self._table_hooks: list[tuple[HookScope, MutationHook]] = []
         # The clock of data (cell timestamps, TTL, versions): `clock() + clock_offset` seconds.

@@ -26,10 +26,10 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.local.errors import invalid
 from tsmigrate.local.model import PK_INTEGER, PK_STRING
 from tsmigrate.local.plainbuffer import encode_primary_key
-from tsmigrate.local.tables import get_table
+from tsmigrate.local.table_rules import get_table
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
 DEFAULT_UNIT = 100 * 1024 * 1024
 SCAN_PAGE = 5000

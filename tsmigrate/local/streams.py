@@ -58,7 +58,7 @@ from tsmigrate.local.plainbuffer import HEADER, assemble_row, crc8_bytes, encode
 from tsmigrate.local.storage import Storage, StoredRow
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context, LocalServer
+    from tsmigrate.local.context import Context, Server
 
 MAX_RECORDS = 1000  # per GetStreamRecord
 MAX_RECORD_BYTES = 4 * 1024 * 1024  # per GetStreamRecord (at least one record is returned)
@@ -98,7 +98,7 @@ def _stream_not_exist() -> OTSError:
     return OTSError(404, "OTSObjectNotExist", "Requested stream does not exist.")
 
 
-def install(server: LocalServer) -> None:
+def install(server: Server) -> None:
     """Create the stream tables and register the change-log hook (stream-enabled tables only)."""
     storage = server.storage
     with storage.transaction():
@@ -260,14 +260,14 @@ def _open(storage: Storage, stream_id: str, parent: str, sibling: str | None, lo
     return shard_id
 
 
-def _stream_of(server: LocalServer, instance: str, table_name: str) -> str:
+def _stream_of(server: Server, instance: str, table_name: str) -> str:
     table = server.storage.table(instance, table_name)
     if table is None or not table.stream_enabled or table.stream_id is None:
         raise ValueError(f"table {table_name!r} has no enabled stream")
     return table.stream_id
 
 
-def split_shard(server: LocalServer, instance: str, table_name: str,
+def split_shard(server: Server, instance: str, table_name: str,
                 shard_id: str | None = None) -> tuple[str, str]:
     """Test knob: close an open shard (the first one unless named) and open two children that
     take half of its key range each. Returns the children's ids."""
@@ -284,7 +284,7 @@ def split_shard(server: LocalServer, instance: str, table_name: str,
         )
 
 
-def merge_shards(server: LocalServer, instance: str, table_name: str) -> str:
+def merge_shards(server: Server, instance: str, table_name: str) -> str:
     """Test knob: close the first two adjacent open shards and open one child over both ranges
     (parent and parent sibling). Returns the child's id."""
     storage = server.storage

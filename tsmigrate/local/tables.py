@@ -8,27 +8,32 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import keycodec, streams, table_protocol
-from tsmigrate.local.errors import OTSError, invalid, table_not_exist
-from tsmigrate.local.model import IndexInfo, PKColumn, TableInfo
+from tsmigrate.local.errors import OTSError, invalid
+from tsmigrate.local.model import PKColumn, TableInfo
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
 from tsmigrate.local.searchapi import check_delete_table, check_update_table
+from tsmigrate.local.table_rules import (
+    MAX_DEFINED_COLUMNS,
+    MAX_PK_COLUMNS,
+    TABLE_QUOTA,
+    check_column_name,
+    check_index,
+    check_index_base_options,
+    check_table_name,
+    get_table,
+    names_in_use,
+    quota_used,
+)
 
 if TYPE_CHECKING:
-    from tsmigrate.local.server import Context
+    from tsmigrate.local.context import Context
 
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
-TABLE_QUOTA = 64
-MAX_PK_COLUMNS = 4
-MAX_DEFINED_COLUMNS = 32
-MAX_INDEXES_PER_TABLE = 5
-MAX_INDEX_ATTRIBUTES = 32
 MAX_CU = 100_000
 MIN_TTL = 86400
 MAX_DEVIATION = (2**63 - 1) // 1_000_000
@@ -36,37 +41,6 @@ MAX_STREAM_EXPIRATION_H = 168
 
 _PK_TYPE_NAMES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY"}
 _DEFINED_TYPES = {pb.DCT_INTEGER, pb.DCT_DOUBLE, pb.DCT_BOOLEAN, pb.DCT_STRING, pb.DCT_BLOB}
-_INDEXABLE_DEFINED = {pb.DCT_INTEGER, pb.DCT_STRING, pb.DCT_BLOB}
-
-
-def check_table_name(name: str) -> None:
-    if not NAME_RE.match(name):
-        raise invalid(f"Invalid table name: '{name}'.")
-
-
-def check_column_name(name: str) -> None:
-    if not NAME_RE.match(name):
-        raise invalid(f"Invalid column name: '{name}'.")
-
-
-def get_table(ctx: Context, name: str) -> TableInfo:
-    check_table_name(name)
-    info = ctx.storage.table(ctx.instance, name)
-    if info is None:
-        raise table_not_exist()
-    return info
-
-
-def _quota_used(ctx: Context) -> int:
-    return sum(1 + len(t.indexes) for t in ctx.storage.tables(ctx.instance))
-
-
-def _names_in_use(ctx: Context) -> set[str]:
-    names: set[str] = set()
-    for t in ctx.storage.tables(ctx.instance):
-        names.add(t.name)
-        names.update(i.name for i in t.indexes)
-    return names
 
 
 # -- CreateTable -------------------------------------------------------------------------------
@@ -96,8 +70,8 @@ def create_table(ctx: Context, req: pb.CreateTableRequest) -> pb.CreateTableResp
     if req.HasField("sse_spec"):
         _apply_sse(info, req.sse_spec)
     for index_meta in req.index_metas:
-        info.indexes.append(_check_index(info, index_meta))
-    _check_index_base_options(info)
+        info.indexes.append(check_index(info, index_meta))
+    check_index_base_options(info)
     txn = table_protocol.CreateTableLocalTxn.FromString(req.SerializeToString())
     if txn.HasField("enable_local_txn"):
         if txn.enable_local_txn and any(c.auto_increment for c in primary_key):
@@ -107,13 +81,13 @@ def create_table(ctx: Context, req: pb.CreateTableRequest) -> pb.CreateTableResp
     if len(set(index_names)) != len(index_names) or name in index_names:
         raise invalid("Duplicated index name in the request.")
     with ctx.storage.transaction():
-        in_use = _names_in_use(ctx)
+        in_use = names_in_use(ctx)
         if name in in_use:
             raise OTSError(409, "OTSObjectAlreadyExist", "Requested table already exists.")
         for index_name in index_names:
             if index_name in in_use:
                 raise OTSError(409, "OTSObjectAlreadyExist", f"Index already exists: {index_name}.")
-        if _quota_used(ctx) + 1 + len(info.indexes) > TABLE_QUOTA:
+        if quota_used(ctx) + 1 + len(info.indexes) > TABLE_QUOTA:
             raise OTSError(403, "OTSQuotaExhausted", "Number of tables exceeded the quota.")
         info.table_id = ctx.storage.new_table_id()
         for index in info.indexes:
@@ -253,64 +227,6 @@ def _apply_sse(info: TableInfo, spec: pb.SSESpecification) -> None:
             info.sse_role_arn = spec.role_arn.decode("latin-1")
 
 
-def _check_index(info: TableInfo, meta: pb.IndexMeta) -> IndexInfo:
-    """Secondary index rules (spec §4.2): columns from PK ∪ defined, key types, local vs global."""
-    check_table_name(meta.name)
-    pk_types = {c.name: c.type for c in info.primary_key}
-    defined = dict(info.defined_columns)
-    if not 1 <= len(meta.primary_key) <= MAX_PK_COLUMNS:
-        raise invalid(f"The number of primary key columns of index must be in range: [1, 4]: {meta.name}.")
-    if len(set(meta.primary_key)) != len(meta.primary_key):
-        raise invalid(f"Duplicated primary key name in index: {meta.name}.")
-    for col in meta.primary_key:
-        if col in pk_types:
-            continue
-        if col not in defined:
-            raise invalid(f"Column [{col}] of index [{meta.name}] is not a primary key or defined column.")
-        if defined[col] not in _INDEXABLE_DEFINED:
-            raise invalid(f"Column [{col}] of index [{meta.name}] has a type that cannot be indexed.")
-    auto = next((c.name for c in info.primary_key if c.auto_increment), None)
-    if meta.primary_key[0] == auto:
-        raise invalid(f"The first primary key of index [{meta.name}] can't be auto increment.")
-    if len(meta.defined_column) > MAX_INDEX_ATTRIBUTES:
-        raise invalid(f"The number of defined columns of index must be in range: [0, 32]: {meta.name}.")
-    if len(set(meta.defined_column)) != len(meta.defined_column):
-        raise invalid(f"Duplicated defined column name in index: {meta.name}.")
-    for col in meta.defined_column:
-        if col not in defined:
-            raise invalid(f"Column [{col}] of index [{meta.name}] is not a defined column.")
-        if col in meta.primary_key:
-            raise invalid(f"Column [{col}] of index [{meta.name}] is both key and attribute.")
-    if meta.index_type == pb.IT_LOCAL_INDEX:
-        if meta.primary_key[0] != info.primary_key[0].name:
-            raise invalid(
-                f"The first primary key of local index [{meta.name}] must be the first primary key"
-                " of the table."
-            )
-        if meta.index_update_mode != pb.IUM_SYNC_INDEX:
-            raise invalid(f"Local index [{meta.name}] must use synchronous update mode.")
-    elif meta.index_update_mode != pb.IUM_ASYNC_INDEX:
-        raise invalid(f"Global index [{meta.name}] must use asynchronous update mode.")
-    return IndexInfo(
-        meta.name,
-        list(meta.primary_key),
-        list(meta.defined_column),
-        meta.index_update_mode,
-        meta.index_type,
-    )
-
-
-def _check_index_base_options(info: TableInfo) -> None:
-    if not info.indexes:
-        return
-    if len(info.indexes) > MAX_INDEXES_PER_TABLE:
-        raise invalid(f"The number of indexes of table [{info.name}] exceeds the limit: 5.")
-    if info.max_versions != 1:
-        raise invalid("The max versions of a table with index must be 1.")
-    if info.ttl != -1 and info.allow_update:
-        raise invalid("The table with index and TTL must disable update (allow_update=false).")
-
-
 # -- ListTable / DescribeTable / DeleteTable -----------------------------------------------------
 
 
@@ -401,7 +317,7 @@ def update_table(ctx: Context, req: pb.UpdateTableRequest) -> pb.UpdateTableResp
             if not req.table_options.ListFields():
                 raise invalid("No parameter is specified in table options.")
             _apply_options(info, req.table_options)
-            _check_index_base_options(info)
+            check_index_base_options(info)
             check_update_table(ctx, info)
         if has_cu:
             _update_cu(ctx, info, req.reserved_throughput.capacity_unit)

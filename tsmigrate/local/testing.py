@@ -21,8 +21,9 @@ from typing import Any
 from tablestore import AsyncOTSClient, OTSClient
 
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, Credentials
+from tsmigrate.local.context import ServerOptions
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.local.server import LocalServer, ServerOptions
+from tsmigrate.local.server import LocalServer
 
 _instance_ids = itertools.count(1)
 
