@@ -54,8 +54,8 @@ def test_the_local_modules_import_each_other_without_a_cycle():
         state[module] = "open"
         for target in sorted(graph.get(module, ())):
             if state.get(target) == "open":
-                return path + [module, target]
-            if target not in state and (cycle := visit(target, path + [module])):
+                return [*path, module, target]
+            if target not in state and (cycle := visit(target, [*path, module])):
                 return cycle
         state[module] = "done"
         return None
