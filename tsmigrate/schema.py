@@ -149,6 +149,13 @@ class SearchIndex:
     index_sort: tuple[IndexSorter, ...] = attrs.field(default=(), converter=tuple)
     time_to_live: int = NO_TTL
 
+    def __attrs_post_init__(self) -> None:
+        # The service presorts an index without NESTED fields by the primary key, ascending,
+        # when told nothing, and describes it with that sorter: declaring exactly it is the same
+        # index as declaring none. (An index with NESTED fields cannot be presorted at all.)
+        if self.index_sort == (IndexSorter(None, ASC),) and all(f.type != "NESTED" for f in self.fields):
+            object.__setattr__(self, "index_sort", ())
+
 
 @attrs.frozen
 class StreamSpec:

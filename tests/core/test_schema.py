@@ -317,3 +317,19 @@ def test_index_key_is_completed_with_the_missing_base_key_columns() -> None:
 def test_a_single_string_is_one_key_not_characters() -> None:
     assert SecondaryIndex("i", "serial").keys == ("serial",)
     assert SecondaryIndex("i", ["a"], include="battery").include == ("battery",)
+
+
+def test_a_presort_by_the_primary_key_ascending_is_the_default_presort():
+    """The service presorts an index declared without presort by the primary key, ascending, and
+    describes it so: a model saying presort=["pk"] and one saying nothing are one index."""
+    from tsmigrate import schema
+
+    field = schema.SearchField("k", "KEYWORD")
+    default = schema.SearchIndex("i", [field])
+    assert schema.SearchIndex("i", [field], index_sort=[schema.IndexSorter(None, "ASC")]) == default
+    descending = schema.SearchIndex("i", [field], index_sort=[schema.IndexSorter(None, "DESC")])
+    assert descending != default
+    assert descending.index_sort == (schema.IndexSorter(None, "DESC"),)
+    nested = schema.SearchField("n", "NESTED", sub_fields=[schema.SearchField("a", "LONG")])
+    kept = schema.SearchIndex("i", [nested], index_sort=[schema.IndexSorter(None, "ASC")])
+    assert kept.index_sort == (schema.IndexSorter(None, "ASC"),)  # invalid, and reported so

@@ -122,10 +122,27 @@ def test_describe_returns_what_was_created_through_the_sdk_decoder() -> None:
 
 def test_schema_bytes_are_kept_when_no_default_is_missing() -> None:
     explicit = [md.FieldSchema("k", FT.KEYWORD, index=True, store=False, enable_sort_and_agg=True)]
-    request = ENCODER._encode_create_search_index("t", "idx", md.SearchIndexMeta(explicit))
-    info = create(md.SearchIndexMeta(explicit))
+    meta = md.SearchIndexMeta(explicit, index_sort=md.Sort([md.FieldSort("k")]))
+    request = ENCODER._encode_create_search_index("t", "idx", meta)
+    info = create(meta)
     assert info.schema_bytes == request.schema.SerializeToString()
     assert info.time_to_live == -1
+
+
+def described_sorters(meta: md.SearchIndexMeta) -> list[tuple[str, Any]]:
+    info = create(meta)
+    body = describe_response(load_schema("idx", info.schema_bytes, -1, PK), create_time_ms=1,
+                             sync_phase=spb.INCR, current_sync_timestamp_ns=1).SerializeToString()
+    (described, _), _ = DECODER._decode_describe_search_index(body, "rid")
+    return [(type(s).__name__, s.sort_order) for s in described.index_sort.sorters]
+
+
+def test_an_index_without_presort_is_presorted_by_the_primary_key() -> None:
+    """As the SDK's search_index_test expects of the service: no index_sort given, one PK sorter
+    (ascending) described; none for an index with NESTED fields, which cannot be presorted."""
+    plain = [md.FieldSchema("k", FT.KEYWORD)]
+    assert described_sorters(md.SearchIndexMeta(plain)) == [("PrimaryKeySort", md.SortOrder.ASC)]
+    assert described_sorters(md.SearchIndexMeta([*plain, nested_field()])) == []
 
 
 def nested_field() -> md.FieldSchema:

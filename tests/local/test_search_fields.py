@@ -184,6 +184,15 @@ def test_nested_queries(client: OTSClient) -> None:
         total(client, NestedQuery("k", TermQuery("k", "key001")))
 
 
+def test_an_index_with_nested_fields_pages_by_token_only_with_a_sort(client: OTSClient) -> None:
+    """It has no presort, so the service returns no next_token for a query without a sort, even
+    with more rows to come (documented); with a sort, tokens page as usual."""
+    unsorted = client.search("t", "idx", SearchQuery(MatchAllQuery(), limit=100, get_total_count=True), ALL)
+    assert (len(unsorted.rows), unsorted.total_count, unsorted.next_token) == (100, ROWS, b"")
+    by_pk = SearchQuery(MatchAllQuery(), limit=100, sort=Sort([PrimaryKeySort()]))
+    assert client.search("t", "idx", by_pk, ALL).next_token
+
+
 def test_knn_vector_query_exact(client: OTSClient) -> None:
     knn = KnnVectorQuery(field_name="vector", top_k=10, float32_query_vector=[1, -1, 5, -5])
     by_score = Sort(sorters=[ScoreSort(sort_order=SortOrder.DESC)])

@@ -46,9 +46,11 @@ Ties always break by PK ascending, which makes the order total and next_token ex
 
 Paging: limit default 10, at most 100 (1000 when only PK or index columns are returned),
 offset + limit <= 100000. next_token is base64 JSON of the sort and the last row's sort values
-+ PK; it is only returned when more rows follow. A token continues strictly after that row; a
-request with a token must use the token's sort (or none). total_hits is -1 unless
-get_total_count. routing_values are accepted and ignored (one local shard holds every row).
++ PK; it is only returned when more rows follow, and not at all for a request without a sort
+on an index with NESTED fields (which has no presort; the service documents that). A token
+continues strictly after that row; a request with a token must use the token's sort (or none).
+total_hits is -1 unless get_total_count. routing_values are accepted and ignored (one local
+shard holds every row).
 
 ParallelScan: rows of slice ``current_parallel_id`` (a stable hash of the PK modulo
 max_parallel) in PK order; limit default and maximum 2000; max_parallel <= the session's
@@ -893,7 +895,10 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
         if query.HasField("highlight"):
             hit.highlight_result.CopyFrom(
                 search_highlight.highlight_row(query.highlight, terms, doc[1], schema))
-    if page and first + limit < len(hits):
+    # An index with NESTED fields has no presort: without a sort in the request the service
+    # returns no next_token, even when more rows match (documented).
+    pageable = query.HasField("sort") or not any(f.type == spb.NESTED for f in schema.fields.values())
+    if page and first + limit < len(hits) and pageable:
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})
     return response

@@ -26,8 +26,10 @@ Stored form (``IndexSchemaInfo.schema_bytes``): the IndexSchema exactly as recei
 fields, e.g. Java-only options, included), with one default filled the way the service does:
 ``index`` is true unless the request said otherwise. Without it the SDK's decoder, which reads
 ``proto.index`` unconditionally, would report ``index=False`` for a field created with the
-default. Everything else (analyzer, store, enable_sort_and_agg, index_sort) is returned as
-sent, because the service's defaults for them are not documented.
+default. An index without ``index_sort`` and without NESTED fields is presorted by the primary
+key, ascending, and described so (the SDK's own tests expect that). Everything else (analyzer,
+store, enable_sort_and_agg) is returned as sent, because the service's defaults for them are not
+documented.
 """
 
 from __future__ import annotations
@@ -154,6 +156,10 @@ def validate_create(index_name: str, schema: spb.IndexSchema, time_to_live: int 
     _fill_defaults(stored.field_schemas)
     info = _build(index_name, stored, ttl, tuple(pk_names))
     _check_schema(stored, info)
+    if not stored.index_sort.sorter and not any(f.field_type == spb.NESTED for f in stored.field_schemas):
+        # The service presorts by the primary key when told nothing (DescribeSearchIndex says so).
+        stored.index_sort.sorter.add().pk_sort.order = spb.SORT_ORDER_ASC
+        info = _build(index_name, stored, ttl, tuple(pk_names))
     return info
 
 
