@@ -27,21 +27,31 @@ Indexing (what a document contributes to a field; anything else is dirty data, n
 
 Queries: match_all, term, terms, range, prefix, wildcard, exists, match (OR/AND,
 minimum_should_match), match_phrase (consecutive tokens), bool (must / must_not / filter /
-should + minimum_should_match, ES semantics), const_score, function_score (score ignored),
-dis_max. Term-level queries on TEXT compare single tokens, unanalysed. A query on a field not in
+should + minimum_should_match, ES semantics), const_score, function_score (field value factor),
+dis_max (tie_breaker). Term-level queries on TEXT compare single tokens, unanalysed. A query on a field not in
 the schema, or not indexed, is an error, as is a query value of the wrong type (ints and floats
 are interchangeable on numeric fields). Geo distance / bounding box / polygon compare points
 quantized as the index stores them; nested queries match when one object of the NESTED field
 matches the whole inner query (its fields named `path.sub`); a KNN vector query (top level only)
 is an exact search: the top_k (at least limit) most similar vectors passing its filter, scored as
 the service scores (cosine (1+cos)/2, dot product (1+dot)/2, euclidean 1/(1+d^2)), ordered by
-score unless sorted otherwise. Every row has its search_hit: its score (1.0 but for KNN) and,
-when asked for, its highlights (search_highlight.py). Collapse is refused.
+score unless sorted otherwise.
+
+Scores, as the service's Lucene-based engine computes them: BM25 for terms of TEXT, KEYWORD and
+BOOLEAN fields, match (the sum of its tokens') and match_phrase (search_scoring.py); a constant
+1.0 for match_all, terms, range, prefix, wildcard, exists, geo and numeric term queries, and
+const_score; bool sums its must and should clauses (filter and must_not only filter, a bool of
+filters alone scores 0); function_score multiplies by a numeric field's value (0 without one);
+dis_max takes the best clause plus tie_breaker times the rest; nested combines its objects'
+scores by score_mode (default none: 0). A query's weight multiplies its score. Every row has its
+search_hit: its score and, when asked for, its highlights (search_highlight.py). Collapse is
+refused.
 Aggregations and group-bys: search_aggs.py.
 
 Sorting: FieldSort (asc/desc, mode MIN/MAX/AVG for arrays; default MIN asc / MAX desc; missing
-values last either way), PrimaryKeySort, DocSort (= PK order), ScoreSort (every score is the
-same constant, so it orders nothing). Without a sort the index_sort applies, else PK ascending.
+values last either way), PrimaryKeySort, DocSort (= PK order), ScoreSort (by score, descending
+unless asked otherwise). Scores order hits only through a ScoreSort (and by default for KNN), as
+on the service; without a sort the index_sort applies, else PK ascending.
 Ties always break by PK ascending, which makes the order total and next_token exact.
 
 Paging: limit default 10, at most 100 (1000 when only PK or index columns are returned),
@@ -88,9 +98,10 @@ from tsmigrate.local.plainbuffer import (
     encode_row,
     encode_value,
 )
-from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze, phrase_tokens
+from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze_with_length, phrase_tokens
 from tsmigrate.local.search_dates import parse_date
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
+from tsmigrate.local.search_scoring import Stats
 from tsmigrate.local.utf8 import parse_nested
 
 Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
@@ -106,6 +117,8 @@ _NUMERIC = (spb.LONG, spb.DATE, spb.DOUBLE)
 _STRINGS = (spb.KEYWORD, spb.TEXT)
 _DIRTY = object()
 _Pred = Callable[["_Doc"], bool]
+# A compiled query: a document's score when it matches, None when it does not.
+_Scorer = Callable[["_Doc"], "float | None"]
 
 
 # --- indexing: the values a document holds for a field ---------------------------------------
@@ -164,8 +177,12 @@ def _index_values(field: SearchField, raw: object) -> list[Any]:
 
 
 def _analyze(field: SearchField, text: str) -> list[str]:
-    return analyze(field.analyzer, text, case_sensitive=field.case_sensitive,
-                   delimiter=field.delimiter, ngram=field.ngram)
+    return _analyze_with_length(field, text)[0]
+
+
+def _analyze_with_length(field: SearchField, text: str) -> tuple[list[str], int]:
+    return analyze_with_length(field.analyzer, text, case_sensitive=field.case_sensitive,
+                               delimiter=field.delimiter, ngram=field.ngram)
 
 
 def _substring(field: SearchField, text: str) -> _Pred:
@@ -176,9 +193,9 @@ def _substring(field: SearchField, text: str) -> _Pred:
 
 class _Doc:
     """A document being evaluated, with its field values and tokens cached, and its score
-    (1.0 unless a KNN vector query scored it)."""
+    (the query's, see search_scoring.py)."""
 
-    __slots__ = ("_tokens", "_values", "columns", "doc", "pk_pos", "score")
+    __slots__ = ("_lengths", "_tokens", "_values", "columns", "doc", "pk_pos", "score")
 
     def __init__(self, doc: Document, pk_pos: Mapping[str, int]) -> None:
         self.doc = doc
@@ -187,6 +204,7 @@ class _Doc:
         self.score = 1.0
         self._values: dict[str, list[Any]] = {}
         self._tokens: dict[str, tuple[list[str], set[str]]] = {}
+        self._lengths: dict[str, int] = {}
 
     def values(self, field: SearchField) -> list[Any]:
         cached = self._values.get(field.name)
@@ -201,10 +219,29 @@ class _Doc:
         cached = self._tokens.get(field.name)
         if cached is None:
             seq: list[str] = []
+            length = 0
             for text in self.values(field):
-                seq.extend(_analyze(field, text))
+                tokens, positions = _analyze_with_length(field, text)
+                seq.extend(tokens)
+                length += positions
             cached = self._tokens[field.name] = (seq, set(seq))
+            self._lengths[field.name] = length
         return cached
+
+    def length(self, field: SearchField) -> int:
+        """The field's length for relevance scores: token positions of a TEXT field."""
+        if field.type != spb.TEXT:
+            return len(self.values(field))
+        self.tokens(field)
+        return self._lengths[field.name]
+
+    def terms(self, field: SearchField) -> Sequence[Any] | set[Any]:
+        """What a term query compares: the tokens of a TEXT field, else its values."""
+        return self.tokens(field)[1] if field.type == spb.TEXT else self.values(field)
+
+
+def _stats(docs: Callable[[], Sequence[_Doc]]) -> Stats[_Doc]:
+    return Stats(docs, lambda d, field: d.terms(field), lambda d, field: d.length(field))
 
 
 # --- queries ---------------------------------------------------------------------------------
@@ -285,25 +322,52 @@ def _tokens_or_values(field: SearchField) -> Callable[[_Doc], Iterable[Any]]:
     return lambda d: d.values(field)
 
 
-def _term(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _weight(q: Any) -> float:
+    """A query's boost (its optional `weight`): its scores are multiplied by it."""
+    return q.weight if q.HasField("weight") else 1.0
+
+
+def _constant(predicate: _Pred, weight: float = 1.0) -> _Scorer:
+    """A query that filters without relevance: every match scores the same (its weight)."""
+    return lambda d: weight if predicate(d) else None
+
+
+def _term_scorer(field: SearchField, value: Any, stats: Stats[_Doc], weight: float) -> _Scorer:
+    """One term as Lucene scores it: BM25 on TEXT (with lengths), KEYWORD and BOOLEAN (without);
+    numeric, DATE and other fields are matched by value at a constant score."""
+    if field.type == spb.TEXT:
+        def text(d: _Doc) -> float | None:
+            seq, present = d.tokens(field)
+            if value not in present:
+                return None
+            return weight * stats.idf(field, value) * stats.tf(field, seq.count(value), d.length(field))
+        return text
+    if field.type in (spb.KEYWORD, spb.BOOLEAN):
+        def keyword(d: _Doc) -> float | None:
+            values = d.values(field)
+            if value not in values:
+                return None
+            return weight * stats.idf(field, value) * stats.tf(field, values.count(value), None)
+        return keyword
+    return _constant(lambda d: value in d.values(field), weight)
+
+
+def _term(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.TermQuery, body, "TermQuery")
     field = _field(schema, q.field_name)
-    value = _query_value(field, _decode_term(q.term))
-    if field.type == spb.TEXT:
-        return lambda d: value in d.tokens(field)[1]
-    return lambda d: value in d.values(field)
+    return _term_scorer(field, _query_value(field, _decode_term(q.term)), stats, _weight(q))
 
 
-def _terms(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _terms(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.TermsQuery, body, "TermsQuery")
     field = _field(schema, q.field_name)
     wanted = {_query_value(field, _decode_term(t)) for t in q.terms}
     if field.type == spb.TEXT:
-        return lambda d: not wanted.isdisjoint(d.tokens(field)[1])
-    return lambda d: any(v in wanted for v in d.values(field))
+        return _constant(lambda d: not wanted.isdisjoint(d.tokens(field)[1]), _weight(q))
+    return _constant(lambda d: any(v in wanted for v in d.values(field)), _weight(q))
 
 
-def _range(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _range(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.RangeQuery, body, "RangeQuery")
     field = _field(schema, q.field_name)
     lo = _decode_term(q.range_from) if q.HasField("range_from") else None
@@ -318,34 +382,34 @@ def _range(schema: IndexSchemaInfo, body: bytes) -> _Pred:
         return hi is None or v < hi or (inc_hi and v == hi)
 
     values = _tokens_or_values(field)
-    return lambda d: any(within(v) for v in values(d))
+    return _constant(lambda d: any(within(v) for v in values(d)))
 
 
-def _prefix(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _prefix(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.PrefixQuery, body, "PrefixQuery")
     field = _field(schema, q.field_name)
     prefix = _query_value(field, q.prefix)
     values = _tokens_or_values(field)
-    return lambda d: any(v.startswith(prefix) for v in values(d))
+    return _constant(lambda d: any(v.startswith(prefix) for v in values(d)), _weight(q))
 
 
-def _wildcard(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _wildcard(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.WildcardQuery, body, "WildcardQuery")
     field = _field(schema, q.field_name)
     pattern = _query_value(field, q.value)
     regex = re.compile(".*".join(".".join(map(re.escape, part.split("?")))
                                  for part in pattern.split("*")), re.DOTALL)
     values = _tokens_or_values(field)
-    return lambda d: any(regex.fullmatch(v) for v in values(d))
+    return _constant(lambda d: any(regex.fullmatch(v) for v in values(d)), _weight(q))
 
 
-def _exists(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _exists(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.ExistsQuery, body, "ExistsQuery")
     field = schema.fields.get(q.field_name)
     if field is None:
         raise invalid(f"Field [{q.field_name}] does not exist in the schema of search index "
                       f"[{schema.index_name}].")
-    return lambda d: bool(d.values(field))
+    return _constant(lambda d: bool(d.values(field)))
 
 
 def _minimum_should_match(proto: Any, count: int, default: int) -> int:
@@ -362,67 +426,88 @@ def _minimum_should_match(proto: Any, count: int, default: int) -> int:
     return default
 
 
-def _match(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _match(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """The text's tokens as term queries, one clause each (all required with AND, else at least
+    minimum_should_match); the score sums the matching tokens' scores."""
     q = parse_nested(spb.MatchQuery, body, "MatchQuery")
     field = _field(schema, q.field_name)
+    weight = _weight(q)
     if field.type != spb.TEXT:
-        value = _text_value(field, q.text)
-        return lambda d: value in d.values(field)
+        return _term_scorer(field, _text_value(field, q.text), stats, weight)
     if field.analyzer == "fuzzy":
-        return _substring(field, q.text)
-    wanted = set(_analyze(field, q.text))
-    if q.operator == spb.AND:
-        return lambda d: bool(wanted) and wanted <= d.tokens(field)[1]
-    need = max(_minimum_should_match(q, len(wanted), 1), 1)
-    return lambda d: len(wanted & d.tokens(field)[1]) >= need
+        return _constant(_substring(field, q.text), weight)
+    wanted = list(dict.fromkeys(_analyze(field, q.text)))
+    clauses = [_term_scorer(field, token, stats, weight) for token in wanted]
+    need = len(wanted) if q.operator == spb.AND else max(_minimum_should_match(q, len(wanted), 1), 1)
+
+    def score(d: _Doc) -> float | None:
+        if not wanted or len(set(wanted) & d.tokens(field)[1]) < need:
+            return None
+        return sum(s for c in clauses if (s := c(d)) is not None)
+
+    return score
 
 
-def _match_phrase(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _match_phrase(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """The words in order; scored as one term whose idf sums the words' and whose frequency is
+    the phrase's number of occurrences."""
     q = parse_nested(spb.MatchPhraseQuery, body, "MatchPhraseQuery")
     field = _field(schema, q.field_name)
+    weight = _weight(q)
     if field.type != spb.TEXT:
-        value = _text_value(field, q.text)
-        return lambda d: value in d.values(field)
+        return _term_scorer(field, _text_value(field, q.text), stats, weight)
     if field.analyzer == "fuzzy":
-        return _substring(field, q.text)
+        return _constant(_substring(field, q.text), weight)
     options = {"case_sensitive": field.case_sensitive, "delimiter": field.delimiter}
     phrase = phrase_tokens(field.analyzer, q.text, **options)
     n = len(phrase)
     dictionary = field.analyzer in DICTIONARY_ANALYZERS
 
-    def contains(d: _Doc) -> bool:
+    def score(d: _Doc) -> float | None:
         seq, present = d.tokens(field)
         if not n or (not dictionary and not present.issuperset(phrase)):
-            return False
+            return None
         if dictionary:  # the doc's non-overlapping words
             seq = [t for v in d.values(field) for t in phrase_tokens(field.analyzer, v)]
-        return any(seq[i:i + n] == phrase for i in range(len(seq) - n + 1))
+        found = sum(1 for i in range(len(seq) - n + 1) if seq[i:i + n] == phrase)
+        if not found:
+            return None
+        idf = sum(stats.idf(field, t) for t in phrase)
+        return weight * idf * stats.tf(field, found, d.length(field))
 
-    return contains
+    return score
 
 
-def _bool(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _bool(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """ES semantics: must and should clauses add their scores; filter and must_not clauses only
+    filter (a bool query of filters alone scores 0). Should clauses are optional next to
+    must/filter clauses, else at least one must match (or minimum_should_match)."""
     q = parse_nested(spb.BoolQuery, body, "BoolQuery")
-    required = [_compile(schema, s) for s in (*q.must_queries, *q.filter_queries)]
-    excluded = [_compile(schema, s) for s in q.must_not_queries]
-    should = [_compile(schema, s) for s in q.should_queries]
-    # ES semantics: should clauses are optional next to must/filter clauses, else one must hit.
-    need = _minimum_should_match(q, len(should), 0 if required else min(len(should), 1))
+    must = [_compile(schema, s, stats) for s in q.must_queries]
+    filters = [_predicate(_compile(schema, s, stats)) for s in q.filter_queries]
+    excluded = [_predicate(_compile(schema, s, stats)) for s in q.must_not_queries]
+    should = [_compile(schema, s, stats) for s in q.should_queries]
+    need = _minimum_should_match(q, len(should), 0 if must or filters else min(len(should), 1))
+    weight = _weight(q)
 
-    def test(d: _Doc) -> bool:
-        if not all(p(d) for p in required) or any(p(d) for p in excluded):
-            return False
-        if need <= 0:
-            return True
+    def score(d: _Doc) -> float | None:
+        total = 0.0
+        for clause in must:
+            s = clause(d)
+            if s is None:
+                return None
+            total += s
+        if not all(p(d) for p in filters) or any(p(d) for p in excluded):
+            return None
         hits = 0
-        for p in should:
-            if p(d):
+        for clause in should:
+            s = clause(d)
+            if s is not None:
                 hits += 1
-                if hits >= need:
-                    return True
-        return False
+                total += s
+        return weight * total if hits >= need else None
 
-    return test
+    return score
 
 
 # Geo points are compared as the index stores them: latitude and longitude quantized to 32 bits
@@ -448,7 +533,7 @@ def _point(text: str, what: str) -> tuple[float, float]:
     return lat, lon
 
 
-def _geo_distance(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _geo_distance(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.GeoDistanceQuery, body, "GeoDistanceQuery")
     field = _geo_field(schema, q.field_name)
     lat0, lon0 = _point(q.center_point, "center_point")
@@ -459,7 +544,7 @@ def _geo_distance(schema: IndexSchemaInfo, body: bytes) -> _Pred:
         lat, lon = _quantized(text)
         return search_aggs.haversine_m(lat0, lon0, lat, lon) <= q.distance
 
-    return lambda d: any(near(v) for v in d.values(field))
+    return _constant(lambda d: any(near(v) for v in d.values(field)))
 
 
 def _quantized(text: str) -> tuple[float, float]:
@@ -467,7 +552,7 @@ def _quantized(text: str) -> tuple[float, float]:
     return math.floor(lat / _LAT_STEP) * _LAT_STEP, math.floor(lon / _LON_STEP) * _LON_STEP
 
 
-def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.GeoBoundingBoxQuery, body, "GeoBoundingBoxQuery")
     field = _geo_field(schema, q.field_name)
     top, left = _point(q.top_left, "top_left")
@@ -483,10 +568,10 @@ def _geo_bounding_box(schema: IndexSchemaInfo, body: bytes) -> _Pred:
         within_lon = lon_lo <= x <= lon_hi if lon_lo <= lon_hi else (x >= lon_lo or x <= lon_hi)
         return lat_lo <= y <= lat_hi and within_lon
 
-    return lambda d: any(inside(v) for v in d.values(field))
+    return _constant(lambda d: any(inside(v) for v in d.values(field)))
 
 
-def _geo_polygon(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _geo_polygon(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     q = parse_nested(spb.GeoPolygonQuery, body, "GeoPolygonQuery")
     field = _geo_field(schema, q.field_name)
     vertices = [_point(p, "the polygon") for p in q.points]
@@ -501,29 +586,48 @@ def _geo_polygon(schema: IndexSchemaInfo, body: bytes) -> _Pred:
                 hit = not hit
         return hit
 
-    return lambda d: any(inside(v) for v in d.values(field))
+    return _constant(lambda d: any(inside(v) for v in d.values(field)))
 
 
-def _nested(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    """A query on the objects of a NESTED field: true when one object matches it entirely."""
+def _nested_objects(parent: SearchField, d: _Doc) -> list[_Doc]:
+    no_pk: dict[str, int] = {}
+    objects = []
+    for text in d.values(parent):
+        for obj in json.loads(text):
+            columns = {k: json.dumps(v) if isinstance(v, list) else v for k, v in obj.items()}
+            objects.append(_Doc((d.doc[0], columns), no_pk))
+    return objects
+
+
+_NESTED_SCORES: dict[int, Callable[[list[float]], float]] = {
+    spb.SCORE_MODE_NONE: lambda scores: 0.0,
+    spb.SCORE_MODE_AVG: lambda scores: sum(scores) / len(scores),
+    spb.SCORE_MODE_MAX: max,
+    spb.SCORE_MODE_TOTAL: sum,
+    spb.SCORE_MODE_MIN: min,
+}
+
+
+def _nested(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """A query on the objects of a NESTED field: a document matches when one object matches
+    the whole inner query; its score combines the matching objects' (score_mode, default none:
+    0, as in ES), scored over all objects of the field."""
     q = parse_nested(spb.NestedQuery, body, "NestedQuery")
     parent = schema.fields.get(q.path)
     if parent is None or parent.type != spb.NESTED:
         raise invalid(f"Path [{q.path}] is not a NESTED field of search index [{schema.index_name}].")
     sub_fields = {f"{q.path}.{f.name}": dataclasses.replace(f, name=f"{q.path}.{f.name}", source=f.name)
                   for f in parent.sub_fields}
-    inner = _compile(dataclasses.replace(schema, fields=sub_fields), q.query)
-    no_pk: dict[str, int] = {}
+    objects = stats.nested(q.path, lambda docs: [o for d in docs for o in _nested_objects(parent, d)])
+    inner = _compile(dataclasses.replace(schema, fields=sub_fields), q.query, objects)
+    combine = _NESTED_SCORES.get(q.score_mode, _NESTED_SCORES[spb.SCORE_MODE_NONE])
+    weight = _weight(q)
 
-    def test(d: _Doc) -> bool:
-        for text in d.values(parent):
-            for obj in json.loads(text):
-                columns = {k: json.dumps(v) if isinstance(v, list) else v for k, v in obj.items()}
-                if inner(_Doc((d.doc[0], columns), no_pk)):
-                    return True
-        return False
+    def score(d: _Doc) -> float | None:
+        scores = [s for o in _nested_objects(parent, d) if (s := inner(o)) is not None]
+        return weight * combine(scores) if scores else None
 
-    return test
+    return score
 
 
 MAX_KNN_TOP_K = 1000
@@ -561,7 +665,7 @@ class _Knn:
         return (1 + dot / norms) / 2 if norms else None
 
 
-def _knn(schema: IndexSchemaInfo, body: bytes) -> _Knn:
+def _knn(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Knn:
     q = parse_nested(spb.KnnVectorQuery, body, "KnnVectorQuery")
     field = _field(schema, q.field_name)
     if field.type != spb.VECTOR:
@@ -571,32 +675,66 @@ def _knn(schema: IndexSchemaInfo, body: bytes) -> _Knn:
     if len(q.float32_query_vector) != field.vector_dimension:
         raise invalid(f"The dimension of the query vector ({len(q.float32_query_vector)}) does not match "
                       f"field [{field.name}] ({field.vector_dimension}).")
-    filter_ = _compile(schema, q.filter) if q.HasField("filter") else (lambda d: True)
+    filter_ = _predicate(_compile(schema, q.filter, stats)) if q.HasField("filter") else (lambda d: True)
     return _Knn(field, tuple(q.float32_query_vector), q.top_k, filter_, q.min_score)
 
 
-def _refuse_nested_knn(schema: IndexSchemaInfo, body: bytes) -> _Pred:
+def _refuse_nested_knn(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
     raise invalid("KnnVectorQuery must be the top-level query of a Search.")
 
 
-def _const_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    return _compile(schema, parse_nested(spb.ConstScoreQuery, body, "ConstScoreQuery").filter)
+def _const_score(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """Its filter's matches, every one scored 1.0 (ES constant_score)."""
+    q = parse_nested(spb.ConstScoreQuery, body, "ConstScoreQuery")
+    return _constant(_predicate(_compile(schema, q.filter, stats)))
 
 
-def _function_score(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    return _compile(schema, parse_nested(spb.FunctionScoreQuery, body, "FunctionScoreQuery").query)
+def _function_score(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """The query's score multiplied by the document's value of a numeric field (ES
+    field_value_factor with its defaults: factor 1, no modifier, boost_mode multiply; the first
+    value of an array). A document without the value scores 0."""
+    q = parse_nested(spb.FunctionScoreQuery, body, "FunctionScoreQuery")
+    inner = _compile(schema, q.query, stats)
+    if not q.HasField("field_value_factor"):
+        return inner
+    name = q.field_value_factor.field_name
+    field = _field(schema, name)
+    if field.type not in _NUMERIC:
+        raise invalid(f"Field [{name}] of a field_value_factor must be LONG, DOUBLE or DATE, not "
+                      f"{FIELD_TYPE_NAMES[field.type]}.")
+
+    def score(d: _Doc) -> float | None:
+        s = inner(d)
+        if s is None:
+            return None
+        values = d.values(field)
+        return s * float(values[0]) if values else 0.0
+
+    return score
 
 
-def _dis_max(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    queries = [_compile(schema, s) for s in parse_nested(spb.DisMaxQuery, body, "DisMaxQuery").queries]
-    return lambda d: any(p(d) for p in queries)
+def _dis_max(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    """The best matching clause's score, plus tie_breaker times the others'."""
+    q = parse_nested(spb.DisMaxQuery, body, "DisMaxQuery")
+    queries = [_compile(schema, s, stats) for s in q.queries]
+    tie = q.tie_breaker if q.HasField("tie_breaker") else 0.0
+    weight = _weight(q)
+
+    def score(d: _Doc) -> float | None:
+        scores = [s for c in queries if (s := c(d)) is not None]
+        if not scores:
+            return None
+        best = max(scores)
+        return weight * (best + tie * (sum(scores) - best))
+
+    return score
 
 
-def _match_all(schema: IndexSchemaInfo, body: bytes) -> _Pred:
-    return lambda d: True
+def _match_all(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
+    return lambda d: 1.0
 
 
-_QUERIES: dict[int, Callable[[IndexSchemaInfo, bytes], _Pred]] = {
+_QUERIES: dict[int, Callable[[IndexSchemaInfo, bytes, Stats[_Doc]], _Scorer]] = {
     spb.MATCH_ALL_QUERY: _match_all,
     spb.TERM_QUERY: _term,
     spb.TERMS_QUERY: _terms,
@@ -618,14 +756,20 @@ _QUERIES: dict[int, Callable[[IndexSchemaInfo, bytes], _Pred]] = {
 }
 
 
-def _compile(schema: IndexSchemaInfo, query: spb.Query) -> _Pred:
+def _compile(schema: IndexSchemaInfo, query: spb.Query, stats: Stats[_Doc]) -> _Scorer:
+    """The query as a scorer; `stats` are the statistics of the documents it searches."""
     if not query.HasField("type"):
         raise invalid("Query type is missing.")
     build = _QUERIES.get(query.type)
     if build is None:
         name = spb.QueryType.Name(query.type) if query.type in spb.QueryType.values() else query.type
         raise _unsupported(f"Query type {name}")
-    return build(schema, query.query)
+    return build(schema, query.query, stats)
+
+
+def _predicate(scorer: _Scorer) -> _Pred:
+    """Whether a document matches (a score of 0 matches too)."""
+    return lambda d: scorer(d) is not None
 
 
 # --- sorting ---------------------------------------------------------------------------------
@@ -678,7 +822,8 @@ def _sort_field(schema: IndexSchemaInfo, name: str) -> SearchField:
 
 
 def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None, scored: bool = False) -> list[_SortKey]:
-    """The sort keys of a request; `scored`: hits have scores (KNN), which order them by default."""
+    """The sort keys of a request; `scored`: a KNN query, whose scores order hits by default
+    (other queries' scores order them only by a ScoreSort, as on the service)."""
     keys: list[_SortKey] = []
     if sort is not None and sort.sorter:
         for sorter in sort.sorter:
@@ -695,9 +840,7 @@ def _sort_keys(schema: IndexSchemaInfo, sort: spb.Sort | None, scored: bool = Fa
             elif sorter.HasField("geo_distance_sort"):
                 raise _unsupported("GeoDistanceSort")
             elif sorter.HasField("score_sort"):
-                # Without KNN every hit has the same constant score, so it adds no key.
-                if scored:
-                    keys.append(_SortKey(None, sorter.score_sort.order != spb.SORT_ORDER_ASC, None, True))
+                keys.append(_SortKey(None, sorter.score_sort.order != spb.SORT_ORDER_ASC, None, True))
             else:
                 raise invalid("Empty sorter.")
     elif scored:
@@ -825,6 +968,7 @@ def _pk_tuple(doc: Document) -> tuple[Any, ...]:
 def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                documents: Iterable[Document]) -> spb.SearchResponse:
     query = parse_nested(spb.SearchQuery, request.search_query, "search_query")
+    pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
     if query.HasField("collapse"):
         raise _unsupported("SearchQuery.collapse")
     if query.HasField("highlight"):
@@ -840,7 +984,9 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     if offset + limit > MAX_OFFSET_PLUS_LIMIT:
         raise invalid(f"The sum of offset and limit must be no more than {MAX_OFFSET_PLUS_LIMIT}: "
                       f"offset {offset}, limit {limit}.")
-    knn = _knn(schema, query.query.query) if query.query.type == spb.KNN_VECTOR_QUERY else None
+    docs = [_Doc(doc, pk_pos) for doc in documents]
+    stats = _stats(lambda: docs)
+    knn = _knn(schema, query.query.query, stats) if query.query.type == spb.KNN_VECTOR_QUERY else None
     keys = _sort_keys(schema, query.sort if query.HasField("sort") else None, scored=knn is not None)
     after = None
     if query.token:
@@ -856,9 +1002,8 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
         if any(k.is_pk and not isinstance(a, tuple) for k, a in zip(keys, after, strict=True)):
             raise invalid("Invalid token.")
     columns_for = _return_columns(schema, ctg)
-    pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
-    matched = _knn_matches(knn, documents, pk_pos, limit) if knn is not None else \
-        _matches(_compile(schema, query.query), documents, pk_pos)
+    matched = _knn_matches(knn, docs, limit) if knn is not None else \
+        _matches(_compile(schema, query.query, stats), docs)
     hits = [(tuple(k.value(d, _pk_tuple(d.doc)) for k in keys), d.doc) for d in matched]
     scores = {id(d.doc): d.score for d in matched}
     _order(hits, keys)
@@ -881,7 +1026,7 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     response.total_hits = len(hits) if query.get_total_count else -1
     response.is_all_succeed = True
     if query.HasField("aggs") or query.HasField("group_bys"):
-        tools = _agg_tools(schema, columns_for)
+        tools = _agg_tools(schema, columns_for, stats)
         if query.HasField("aggs"):
             response.aggs = search_aggs.run_aggs(tools, query.aggs, matched).SerializeToString()
         if query.HasField("group_bys"):
@@ -904,21 +1049,21 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     return response
 
 
-def _matches(predicate: _Pred, documents: Iterable[Document], pk_pos: Mapping[str, int]) -> list[_Doc]:
+def _matches(scorer: _Scorer, docs: Iterable[_Doc]) -> list[_Doc]:
+    """The documents the query matches, each with its score."""
     out = []
-    for doc in documents:
-        d = _Doc(doc, pk_pos)
-        if predicate(d):
+    for d in docs:
+        score = scorer(d)
+        if score is not None:
+            d.score = score
             out.append(d)
     return out
 
 
-def _knn_matches(knn: _Knn, documents: Iterable[Document], pk_pos: Mapping[str, int],
-                 limit: int) -> list[_Doc]:
+def _knn_matches(knn: _Knn, docs: Iterable[_Doc], limit: int) -> list[_Doc]:
     """The top_k most similar documents (top_k raised to limit, as the service does)."""
     scored = []
-    for doc in documents:
-        d = _Doc(doc, pk_pos)
+    for d in docs:
         if not knn.filter(d):
             continue
         score = knn.score(d)
@@ -929,8 +1074,8 @@ def _knn_matches(knn: _Knn, documents: Iterable[Document], pk_pos: Mapping[str, 
     return scored[:max(knn.top_k, limit)]
 
 
-def _agg_tools(schema: IndexSchemaInfo,
-               columns_for: Callable[[Mapping[str, object]], list[str]]) -> search_aggs.Tools:
+def _agg_tools(schema: IndexSchemaInfo, columns_for: Callable[[Mapping[str, object]], list[str]],
+               stats: Stats[_Doc]) -> search_aggs.Tools:
     """What aggregations need of the engine: field values, queries and top rows."""
 
     def top_rows(docs: list[_Doc], limit: int, sort: spb.Sort | None) -> list[bytes]:
@@ -940,7 +1085,7 @@ def _agg_tools(schema: IndexSchemaInfo,
         return [_encode_doc(doc, columns_for(doc[1])) for _, doc in ranked[:limit]]
 
     return search_aggs.Tools(schema, lambda d, field: d.values(field),
-                             lambda q: _compile(schema, q), top_rows)
+                             lambda q: _predicate(_compile(schema, q, stats)), top_rows)
 
 
 def _token_sort_keys(schema: IndexSchemaInfo, spec: list[Any]) -> list[_SortKey]:
@@ -1042,10 +1187,12 @@ class ScanSessions:
                 raise invalid("Invalid token.")
         ctg = request.columns_to_get if request.HasField("columns_to_get") else None
         columns_for = _return_columns(schema, ctg, scan=True)
-        predicate = _compile(schema, scan.query)
         pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
+        docs = [_Doc(doc, pk_pos) for doc in documents]
+        predicate = _predicate(_compile(schema, scan.query, _stats(lambda: docs)))
         hits = []
-        for doc in documents:
+        for d in docs:
+            doc = d.doc
             pk = _pk_tuple(doc)
             try:
                 if after is not None and pk <= after:
@@ -1054,7 +1201,7 @@ class ScanSessions:
                 raise invalid("Invalid token.") from None
             if parallel > 1 and _slice(pk, parallel) != current:
                 continue
-            if predicate(_Doc(doc, pk_pos)):
+            if predicate(d):
                 hits.append((pk, doc))
         hits.sort(key=lambda h: h[0])
         response = spb.ParallelScanResponse()

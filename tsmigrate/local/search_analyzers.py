@@ -48,16 +48,16 @@ _MAX_WORD_CHARS = 8
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
-def _max_words(text: str) -> list[str]:
-    """Every dictionary word of every CJK run, by position, and the characters no word covers;
-    the rest as single_word analyses it."""
+def _max_word_positions(text: str) -> list[list[str]]:
+    """Every dictionary word of every CJK run, grouped by the position it starts at, and the
+    characters no word covers; the rest as single_word analyses it (a word per position)."""
     words = _segmenter().dt
     words.check_initialized()
     freq = words.FREQ
-    tokens: list[str] = []
+    positions: list[list[str]] = []
     pos = 0
     for run in _CJK.finditer(text):
-        tokens += _SINGLE_WORD.findall(text[pos:run.start()].lower())
+        positions += [[w] for w in _SINGLE_WORD.findall(text[pos:run.start()].lower())]
         chunk = run.group()
         covered = [False] * len(chunk)
         for i in range(len(chunk)):
@@ -67,19 +67,37 @@ def _max_words(text: str) -> list[str]:
                 covered[i:i + len(word)] = [True] * len(word)
             if not found and not covered[i]:
                 found = [chunk[i]]
-            tokens += found
+            if found:
+                positions.append(found)
         pos = run.end()
-    tokens += _SINGLE_WORD.findall(text[pos:].lower())
-    return tokens
+    positions += [[w] for w in _SINGLE_WORD.findall(text[pos:].lower())]
+    return positions
 
 
 def analyze(analyzer: str | None, text: str, *, case_sensitive: bool = False,
             delimiter: str | None = None, ngram: tuple[int, int] = (1, 7)) -> list[str]:
     """The tokens of `text`, in order."""
+    return analyze_with_length(analyzer, text, case_sensitive=case_sensitive, delimiter=delimiter,
+                               ngram=ngram)[0]
+
+
+def analyze_with_length(analyzer: str | None, text: str, *, case_sensitive: bool = False,
+                        delimiter: str | None = None,
+                        ngram: tuple[int, int] = (1, 7)) -> tuple[list[str], int]:
+    """The tokens of `text`, in order, and its length for relevance scores: the positions the
+    tokens take (the words max_word finds at one position count once, as Lucene discounts
+    overlapping tokens)."""
+    if analyzer == "max_word":
+        positions = _max_word_positions(text)
+        return [w for words in positions for w in words], len(positions)
+    tokens = _tokens(analyzer, text, case_sensitive, delimiter, ngram)
+    return tokens, len(tokens)
+
+
+def _tokens(analyzer: str | None, text: str, case_sensitive: bool, delimiter: str | None,
+            ngram: tuple[int, int]) -> list[str]:
     if analyzer == "split":
         return [t for t in text.lower().split(delimiter) if t]
-    if analyzer == "max_word":
-        return _max_words(text)
     if analyzer == "min_word":
         return _words(_segmenter().cut(text))
     if analyzer == "fuzzy":
