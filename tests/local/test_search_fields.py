@@ -199,6 +199,11 @@ def test_knn_vector_query_exact(client: OTSClient) -> None:
     response = client.search("t", "idx", SearchQuery(knn, limit=100, sort=by_score),
                              ColumnsToGet(return_type=ColumnReturnType.ALL_FROM_INDEX))
     assert len(response.rows) == 100  # a top_k below the limit is raised to it, as on the service
+    # A full page carries a token (the service's partitions each return top_k); here the next
+    # page is empty and ends the query.
+    following = SearchQuery(knn, limit=100, sort=by_score, next_token=response.next_token)
+    more = client.search("t", "idx", following, ColumnsToGet(return_type=ColumnReturnType.ALL_FROM_INDEX))
+    assert response.next_token and (more.rows, more.next_token) == ([], b"")
     assert response.rows[0][0] == [("PK1", 0), ("PK2", "pk_0")]  # the same vector: cosine 1
     scores = [hit.score for hit in response.search_hits]
     assert scores[0] == pytest.approx(1.0) and scores == sorted(scores, reverse=True)

@@ -35,7 +35,8 @@ quantized as the index stores them; nested queries match when one object of the 
 matches the whole inner query (its fields named `path.sub`); a KNN vector query (top level only)
 is an exact search: the top_k (at least limit) most similar vectors passing its filter, scored as
 the service scores (cosine (1+cos)/2, dot product (1+dot)/2, euclidean 1/(1+d^2)), ordered by
-score unless sorted otherwise.
+score unless sorted otherwise; a full page of it carries a next_token, as the service's (whose
+partitions each return top_k) does.
 
 Scores, as the service's Lucene-based engine computes them: BM25 for terms of TEXT, KEYWORD and
 BOOLEAN fields, match (the sum of its tokens') and match_phrase (search_scoring.py); a constant
@@ -1043,7 +1044,10 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
     # An index with NESTED fields has no presort: without a sort in the request the service
     # returns no next_token, even when more rows match (documented).
     pageable = query.HasField("sort") or not any(f.type == spb.NESTED for f in schema.fields.values())
-    if page and first + limit < len(hits) and pageable:
+    # KNN: every search partition of the service returns its own top_k, so a full page carries
+    # a token (the SDK's search_index_test expects one) even when the next page is empty here.
+    more = first + limit < len(hits) or (knn is not None and len(page) == limit)
+    if page and more and pageable:
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})
     return response
