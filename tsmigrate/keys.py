@@ -31,6 +31,9 @@ from tsmigrate.errors import KeyDerivationError
 
 INT64_MAX = 2**63 - 1
 
+Bound = Union[tuple[Any, bool], None]  # noqa: UP007 - (value, inclusive) of a range side
+_EMPTY = object()  # a bound no value satisfies
+
 # Named alphabets for Concat: the characters that may appear in the data of a string part.
 ALPHABETS: dict[str, str] = {
     "digits": string.digits,
@@ -263,6 +266,73 @@ class Concat:
 
     def invert(self, key: Any) -> dict[str, Any]:
         return self.split(key)
+
+    def prefix_range(
+        self, fixed: Mapping[str, Any], lower: Bound = None, upper: Bound = None,
+    ) -> tuple[str | None, str | None] | None:
+        """The keys whose first ``len(fixed)`` fields equal ``fixed`` and whose next field lies
+        within ``lower`` / ``upper`` (``(value, inclusive)``, None for an open side), as one
+        string range: (inclusive start, exclusive end), None for an unbounded side; None when
+        no key can match.
+
+        It is one range because the key sorts like the tuple of its fields: the separator sorts
+        below every data character, so all keys with a given leading part are contiguous.
+        Bounds on a later field (with the next one open or bounded) are not one range; callers
+        filter those (see ``tsmigrate.service.query``).
+        """
+        k = len(fixed)
+        if list(fixed) != list(self.fields[:k]) or k >= len(self.fields):
+            raise KeyDerivationError(
+                f"Concat: a prefix range fixes the first fields of {list(self.fields)} in order "
+                f"and leaves at least one open, got {list(fixed)}"
+            )
+        head = "".join(self.part(name, value) + self.sep for name, value in fixed.items())
+        above = chr(ord(self.sep) + 1)  # sorts below every data character but above sep
+        field = self.fields[k]
+        lower, upper = self._bound(field, lower, True), self._bound(field, upper, False)
+        if lower is _EMPTY or upper is _EMPTY:
+            return None
+        # A key with field value x is head + x, then sep and the rest (or nothing): it is at
+        # least head + v exactly when x >= v, and below head + v + above exactly when x <= v.
+        start = (head or None) if lower is None else head + lower[0] + ("" if lower[1] else above)
+        if upper is None:
+            end = head[:-1] + above if head else None
+        else:
+            end = head + upper[0] + (above if upper[1] else "")
+        if start is not None and end is not None and start >= end:
+            return None
+        return start, end
+
+    def _bound(self, field: str, bound: Bound, is_lower: bool) -> Any:
+        """A bound on one field as (text of the part, inclusive); None when it excludes nothing
+        of the field's values, _EMPTY when it excludes all of them."""
+        if bound is None:
+            return None
+        value, inclusive = bound
+        widths = dict(self.pad)
+        if field in widths:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise KeyDerivationError(
+                    f"Concat: field {field!r} is zero-padded and its bounds must be integers, "
+                    f"got {value!r}"
+                )
+            if not inclusive:  # integers: x > v is x >= v + 1, x < v is x <= v - 1
+                value = value + 1 if is_lower else value - 1
+            top = 10 ** widths[field] - 1
+            if is_lower:
+                return None if value <= 0 else _EMPTY if value > top else (self.part(field, value), True)
+            return _EMPTY if value < 0 else None if value >= top else (self.part(field, value), True)
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise KeyDerivationError(
+                f"Concat: integer field {field!r} needs a pad width to keep numeric order"
+            )
+        text = _text(value, "Concat", field)
+        cut = next((i for i, ch in enumerate(text) if ch <= self.sep), None)
+        if cut is not None:
+            # No value holds a character at or below the separator: against every value, the
+            # bound orders like its part before that character, just above it.
+            return text[:cut], not is_lower
+        return text, inclusive
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,7 +1,7 @@
 """Queries: key prefix + range, paging to a null continuation key, derived keys, indexes, search."""
 
 import pytest
-from service_models import FAST, Event, Reading, Tick
+from service_models import FAST, Account, Event, Reading, Tick
 
 from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
 from tsmigrate.service.calls import stream
@@ -160,3 +160,36 @@ def test_fetch_missing_reads_the_table_by_a_datetime_key(ots_instance):
     found = list(visits.query(index="by_page", page="/home", fetch_missing=True))
     assert [(v.at, v.referrer) for v in found] == [
         (start + timedelta(minutes=i), f"r{i}") for i in range(3)]
+
+
+def test_ranges_no_key_meets_return_no_rows(readings, accounts):
+    _load(readings, "a", 10)
+    assert list(readings.query(device_id="a", ts=Range(gte=5, lt=5))) == []
+    assert list(readings.query(device_id="a", ts=Range(gt=7, lt=3), reverse=True)) == []
+    for user in "abcde":
+        accounts.put(Account(user_id=user))
+    assert list(accounts.query(user_id=Range(gte="e", lt="b"))) == []
+
+
+def test_backward_string_bounds_on_the_last_key_column(accounts):
+    for user in ("a", "b", "b\x00", "ba", "c"):
+        accounts.put(Account(user_id=user))
+    assert [a.user_id for a in accounts.query(user_id="b", reverse=True)] == ["b"]
+    assert [a.user_id for a in accounts.query(user_id=Range(gte="b"), reverse=True)] == [
+        "c", "ba", "b\x00", "b"]
+    assert [a.user_id for a in accounts.query(user_id=Range(gt="a", lt="ba"), reverse=True,
+                                              page_size=1)] == ["b\x00", "b"]
+
+
+def test_a_filter_sees_its_column_when_columns_leave_it_out(readings):
+    readings.batch_write(put=[Reading(device_id="a", ts=i, battery=i, temp_c=float(i))
+                              for i in range(10)]).raise_for_failures()
+    rows = list(readings.query(device_id="a", columns=["battery"], filter=Attr("temp_c") < 3))
+    assert [(r.ts, r.battery, r.temp_c) for r in rows] == [(0, 0, None), (1, 1, None), (2, 2, None)]
+
+
+def test_a_filter_on_a_key_column_is_a_query_error(readings):
+    with pytest.raises(QueryError, match="filter on ts, but ts is a primary-key column"):
+        readings.query(device_id="a", filter=Attr("ts") > 3)
+    with pytest.raises(QueryError, match="filter= takes a condition"):
+        readings.query(device_id="a", filter="ts > 3")

@@ -33,6 +33,10 @@ class Condition:
     def sdk(self, codec: ModelCodec) -> md.ColumnCondition:
         raise NotImplementedError
 
+    def fields(self) -> frozenset[str]:
+        """The fields the condition reads (a read must fetch their columns for it to see them)."""
+        raise NotImplementedError
+
 
 class Compare(Condition):
     def __init__(self, field: str, comparator: int, value: Any, if_missing: bool = False):
@@ -46,6 +50,9 @@ class Compare(Condition):
         return md.SingleColumnCondition(
             column, value, self.comparator, pass_if_missing=self.if_missing, latest_version_only=True
         )
+
+    def fields(self) -> frozenset[str]:
+        return frozenset((self.field,))
 
     def __repr__(self) -> str:
         return f"Compare({self.field!r}, {self.comparator}, {self.value!r})"
@@ -61,6 +68,9 @@ class Logical(Condition):
             same = isinstance(part, Logical) and part.operator == operator != md.LogicalOperator.NOT
             flattened.extend(part.parts if same else (part,))
         self.parts = tuple(flattened)
+
+    def fields(self) -> frozenset[str]:
+        return frozenset().union(*(part.fields() for part in self.parts))
 
     def sdk(self, codec: ModelCodec) -> md.ColumnCondition:
         composite = md.CompositeColumnCondition(self.operator)

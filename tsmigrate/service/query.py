@@ -24,13 +24,15 @@ from typing import Any
 import attrs
 from tablestore import metadata as md
 
-from tsmigrate.keys import Descending, TimeBucket
-from tsmigrate.model import Model
+from tsmigrate.errors import KeyDerivationError
+from tsmigrate.keys import Concat, Descending, TimeBucket
+from tsmigrate.model import Column, Model
 from tsmigrate.service import batch
 from tsmigrate.service.calls import Call, Emit, Op
 from tsmigrate.service.codec import KeyColumn, ModelCodec
-from tsmigrate.service.conditions import Condition, sdk_condition
+from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import QueryError
+from tsmigrate.service.keyrange import Segment, stream_segments
 
 PAGE_ROWS = 5000
 SEARCH_PAGE = 100
@@ -96,21 +98,38 @@ _OPTIONS = ("reverse", "limit", "columns", "filter", "index", "fetch_missing", "
 
 @attrs.define
 class Cursor:
-    """One GetRange stream: a table, its bounds and where it is."""
+    """One ordered stream of a query: its segments (GetRange calls) on one table, read in
+    turn, and the page of rows being handed out."""
 
     table: str
-    start: list[tuple[str, Any]]
-    end: list[tuple[str, Any]]
+    segments: list[Segment]
+    start: list[tuple[str, Any]] = attrs.field(init=False)
+    skip: list[tuple[str, Any]] | None = attrs.field(init=False)
     rows: list[Any] = attrs.field(factory=list)
     position: int = 0
     done: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self.segments = list(self.segments)
+        self.start, self.skip = self.segments[0].start, self.segments[0].skip
+
+    def advance(self, next_start: list[tuple[str, Any]] | None) -> None:
+        """Continue at ``next_start``, or with the next segment when the current one is read."""
+        if next_start is not None:
+            self.start = next_start
+            return
+        self.segments.pop(0)
+        if self.segments:
+            self.start, self.skip = self.segments[0].start, self.segments[0].skip
+        else:
+            self.done = True
 
 
 @attrs.define
 class Query:
     tables: list[str] | None  # None: the family's month tables the range spans (listed first)
     key_columns: list[KeyColumn]
-    bounds: list[tuple[list[tuple[str, Any]], list[tuple[str, Any]]]]  # (start, end) per fan-out
+    streams: list[list[Segment]]  # per fan-out (bucket, ...): the GetRange calls, in order
     merge_columns: list[str]  # key columns whose values order a merge of several streams
     reverse: bool = False
     limit: int | None = None
@@ -136,17 +155,14 @@ class Query:
         ranges = {name: v for name, v in spec.items() if isinstance(v, Range)}
         for name in spec:
             codec.field(name)  # unknown fields are an error, named
-        if len(ranges) > 1:
-            raise QueryError(
-                f"{codec.name}: a range applies to one key column; got ranges on "
-                f"{', '.join(sorted(ranges))} (use filter= for the others)"
-            )
         eq_by_column = codec.by_column_values(eq)
         reverse = bool(options.get("reverse", False))
         prefix: list[list[Any]] = []  # the possible values of each leading key column
         used: set[str] = set()
         range_column: KeyColumn | None = None
         lower = upper = None
+        empty = False  # bounds no key satisfies
+        key_filter: Condition | None = None  # fields of a concatenation the range cannot narrow
         for column in key_columns:
             if column.derive is None:
                 field = column.field
@@ -175,37 +191,156 @@ class Query:
                 upper = None if low is None else (flip(low[0]), low[1])
                 reverse = not reverse  # newest-first keys: the field's order is the reverse scan
                 used.add(sources[0])
+            elif isinstance(column.derive, Concat):
+                plan = _concat_plan(codec, column, eq, eq_by_column, ranges, narrowed=bool(used))
+                if plan is not None:
+                    range_column = column
+                    lower, upper, empty, key_filter = plan.lower, plan.upper, plan.empty, plan.filter
+                    used.update(plan.used)
             break
         unused = sorted(set(spec) - used)
+        if len(ranges) > 1 and any(name in ranges for name in unused):
+            raise QueryError(
+                f"{codec.name}: a range applies to one key column; got ranges on "
+                f"{', '.join(sorted(ranges))} (use filter= for the others)"
+            )
         if unused:
             where = f"index {index!r}" if index else "the primary key"
+            concat = [c.column for c in key_columns if isinstance(c.derive, Concat)]
             raise QueryError(
                 f"{codec.name}: {', '.join(unused)} cannot narrow this query: {where} is "
                 f"({', '.join(c.column for c in key_columns)}) and a query fixes a prefix of it by "
-                "equality, then a range on the next column; use filter= (server-side) or an index"
+                "equality, then a range on the next column"
+                + (f" (a concatenated column, {', '.join(concat)}, is fixed only when all its "
+                   "fields are given)" if concat else "")
+                + "; use filter= (server-side) or an index"
             )
         fixed = len(prefix)
-        rest = key_columns[fixed + (1 if range_column else 0):]
-        bounds = []
-        for values in product(*prefix):
+        rest = [c.column for c in key_columns[fixed + (1 if range_column else 0):]]
+        streams = []
+        for values in [] if empty else product(*prefix):
             head = [(c.column, v) for c, v in zip(key_columns, values, strict=False)]
-            start, end = _range_keys(head, range_column, lower, upper, rest, reverse)
-            bounds.append((start, end))
+            segments = stream_segments(
+                head, range_column.column if range_column else None, lower, upper, rest, reverse,
+            )
+            if segments:
+                streams.append(segments)
         # Streams of several buckets or month tables share the fixed prefix: the columns after
         # it order the merge.
         merge_columns = [c.column for c in key_columns[fixed:]]
         columns = options.get("columns")
         if index and codec.family is not None:
             raise QueryError(f"{codec.name} is a table family: its indexes are per month table")
+        user_filter = options.get("filter")
+        if user_filter is not None:
+            _check_filter(codec, user_filter, key_columns)
         return cls(
             tables=[index] if index else [codec.table] if codec.family is None else None,
-            key_columns=key_columns, bounds=bounds, merge_columns=merge_columns,
+            key_columns=key_columns, streams=streams, merge_columns=merge_columns,
             reverse=reverse, limit=limit, columns=None if columns is None else list(columns),
-            filter=options.get("filter"), index=index,
-            fetch_missing=bool(options.get("fetch_missing", False)),
+            filter=key_filter if user_filter is None else user_filter if key_filter is None
+            else user_filter & key_filter,
+            index=index, fetch_missing=bool(options.get("fetch_missing", False)),
             page_size=options.get("page_size"),
             family_spec=spec if codec.family is not None else None,
         )
+
+
+def _check_filter(codec: ModelCodec, condition: Any, key_columns: list[KeyColumn]) -> None:
+    """A filter reads attribute columns only: on a key column it would see nothing, silently."""
+    if not isinstance(condition, Condition):
+        raise QueryError(f"filter= takes a condition such as Attr('x') < 1, got {condition!r}")
+    keys = {column.column for column in key_columns}
+    for name in sorted(condition.fields()):
+        if codec.field(name).column in keys:
+            raise QueryError(
+                f"{codec.name}: filter on {name}, but {name} is a primary-key column of the "
+                "table or index read, and a server-side filter reads attribute columns only; "
+                f"bound {name} with {name}=Range(...) (or equality) instead"
+            )
+
+
+@attrs.frozen
+class ConcatPlan:
+    """How a query reads a concatenated key column it does not fix: one range of keys from the
+    fields it fixes and the bounds on the next; later fields it names become a filter."""
+
+    lower: tuple[str, bool] | None
+    upper: tuple[str, bool] | None
+    empty: bool
+    filter: Condition | None
+    used: tuple[str, ...]
+
+
+def _concat_plan(
+    codec: ModelCodec, column: KeyColumn, eq: Mapping[str, Any], eq_by_column: Mapping[str, Any],
+    ranges: Mapping[str, Range], *, narrowed: bool,
+) -> ConcatPlan | None:
+    """The key range of a ``Concat`` column for a query that gives equality on its first fields
+    and may bound the next one (None: the query names none of its fields).
+
+    The key sorts like the tuple of its fields, so that is one range. A field after the first
+    one left open or bounded cannot narrow it further (``a`` in 1..5 and ``b == "x"`` are keys
+    scattered through the range): it is filtered on its own column, which the row stores,
+    within that range. With nothing before it narrowing the key, that would scan the table:
+    refused, so the scan is asked for explicitly with filter=.
+    """
+    derive = column.derive
+    assert isinstance(derive, Concat)
+    names = [codec.by_column[s].name for s in derive.fields]
+    k = next(i for i, name in enumerate(names) if name not in eq)  # not all: the caller checked
+    bounds = ranges.get(names[k])
+    later = [name for name in names[k + 1:] if name in eq or name in ranges]
+    if k == 0 and bounds is None and not later:
+        return None
+    shape = f"{column.column} = Concat({', '.join(names)})"
+    if later and not (narrowed or k or bounds):
+        raise QueryError(
+            f"{codec.name}: {', '.join(later)} cannot narrow this query: {shape} sorts by "
+            f"{names[0]} first, so without {names[0]} the rows with these values are spread over "
+            f"the whole table; give {names[0]} (equality or a range), or scan with filter="
+        )
+    filters = []
+    for name in later:
+        if not isinstance(codec.fields[name].declaration, Column):
+            raise QueryError(
+                f"{codec.name}: {name} cannot narrow this query: in {shape} it follows "
+                f"{names[k]}, which the query leaves {'bounded' if bounds else 'open'}, and it "
+                "is a key column, which a server-side filter cannot read; give "
+                f"{', '.join(names[:names.index(name)])} by equality"
+            )
+        condition = _field_condition(name, eq[name] if name in eq else ranges[name])
+        if condition is not None:
+            filters.append(condition)
+    fixed = {derive.fields[i]: eq_by_column[derive.fields[i]] for i in range(k)}
+    lower, upper = _stored_bounds(codec, names[k], bounds) if bounds else (None, None)
+    try:
+        span = derive.prefix_range(fixed, lower, upper)
+    except KeyDerivationError as exc:
+        raise QueryError(f"{codec.name}.{names[k]}: {exc}") from None
+    key_filter = None
+    for condition in filters:
+        key_filter = condition if key_filter is None else key_filter & condition
+    return ConcatPlan(
+        lower=None if span is None or span[0] is None else (span[0], True),
+        upper=None if span is None or span[1] is None else (span[1], False),
+        empty=span is None, filter=key_filter,
+        used=(*names[:k], *([names[k]] if bounds else []), *later),
+    )
+
+
+def _field_condition(name: str, value: Any) -> Condition | None:
+    """A filter that holds where the field equals ``value`` or lies within the Range."""
+    if not isinstance(value, Range):
+        return Attr(name) == value
+    parts = []
+    if value.lower is not None:
+        parts.append(Attr(name).ge(value.lower[0]) if value.lower[1] else Attr(name).gt(value.lower[0]))
+    if value.upper is not None:
+        parts.append(Attr(name).le(value.upper[0]) if value.upper[1] else Attr(name).lt(value.upper[0]))
+    if not parts:
+        return None  # Range() bounds nothing
+    return parts[0] if len(parts) == 1 else parts[0] & parts[1]
 
 
 def family_tables(codec: ModelCodec, spec: Mapping[str, Any], existing: Iterable[str]) -> list[str]:
@@ -232,107 +367,53 @@ def _stored_bounds(codec: ModelCodec, field: str, bounds: Range):
     return lower, upper
 
 
-def _pad(rest: list[KeyColumn], low: bool) -> list[tuple[str, Any]]:
-    marker = md.INF_MIN if low else md.INF_MAX
-    return [(c.column, marker) for c in rest]
+@attrs.frozen
+class ReadPlan:
+    """What every GetRange of a query asks for, worked out once per query."""
 
+    columns: list[str] | None
+    condition: Any
+    hidden: tuple[str, ...]  # fields read only so that the filter sees them; not returned
 
-def _range_keys(head, range_column, lower, upper, rest, reverse):
-    """(inclusive start, exclusive end) of a GetRange for one fixed prefix ``head``."""
-    if range_column is None:
-        low = head + _pad(rest, True) if rest or not head else head
-        high = head + _pad(rest, False)
-        if not rest:  # every key column fixed: a range that holds exactly one key
-            return _single(head, reverse)
-        return (high, low) if reverse else (low, high)
-    name = range_column.column
-    last = not rest
-    # The key just at the lower / upper bound, on the side the bound includes.
-    def at(value, include_lower_side: bool):
-        return [*head, (name, value), *_pad(rest, include_lower_side)]
-    open_low = [*head, (name, md.INF_MIN), *_pad(rest, True)]
-    open_high = [*head, (name, md.INF_MAX), *_pad(rest, False)]
-    if not reverse:
-        if lower is None:
-            start = open_low
-        elif lower[1]:
-            start = at(lower[0], True)
-        else:
-            start = at(_successor(lower[0]), True) if last else at(lower[0], False)
-        if upper is None:
-            end = open_high
-        elif upper[1]:
-            end = at(_successor(upper[0]), True) if last else at(upper[0], False)
-        else:
-            end = at(upper[0], True)
-        return start, end
-    # Backward: start is the inclusive upper key, end the exclusive lower key.
-    if upper is None:
-        start = open_high
-    elif upper[1]:
-        start = at(upper[0], False)
-    else:
-        start = at(_predecessor(upper[0]), False) if last else at(upper[0], True)
-    if lower is None:
-        end = open_low
-    elif lower[1]:
-        end = at(_predecessor(lower[0]), False) if last else at(lower[0], True)
-    else:
-        end = at(lower[0], False)
-    return start, end
-
-
-def _single(head, reverse):
-    *prefix, (name, value) = head
-    low = [*prefix, (name, value)]
-    high = [*prefix, (name, _successor(value))]
-    if reverse:
-        return [*prefix, (name, value)], [*prefix, (name, _predecessor(value))]
-    return low, high
-
-
-def _successor(value: Any) -> Any:
-    """The smallest key value above ``value``."""
-    if isinstance(value, int):
-        return value + 1
-    if isinstance(value, str):
-        return value + "\x00"
-    return bytes(value) + b"\x00"
-
-
-def _predecessor(value: Any) -> Any:
-    """The largest key value below ``value`` (strings and bytes: the longest shorter value that
-    sorts below it does not exist, so the bound is exact only for integers)."""
-    if isinstance(value, int):
-        return value - 1
-    raise QueryError(
-        "a backward query whose bound on the last key column is a string or bytes must exclude "
-        "that bound on the upper side or include it on the lower side; use gt=/lte= "
-        "accordingly, or read forward"
-    )
-
-
-def _fetch(codec: ModelCodec, cursor: Cursor, query: Query) -> Op[None]:
-    """Read the next page of a cursor (an empty page with a next key is not the end)."""
-    direction = md.Direction.BACKWARD if query.reverse else md.Direction.FORWARD
-    page = query.page_size
-    columns = None
-    if query.columns is not None:
+    @classmethod
+    def of(cls, codec: ModelCodec, query: Query) -> ReadPlan:
+        condition = sdk_condition(query.filter, codec)
+        if query.columns is None:
+            return cls(None, condition, ())
         # The key columns too: a merge orders rows by them, and a row is not a row without them.
         columns = [k.column for k in query.key_columns]
         columns += [c for c in (codec.field(n).column for n in query.columns) if c not in columns]
+        # A filter sees only the columns the request reads (a column not read is missing to it).
+        hidden = []
+        for name in sorted(query.filter.fields()) if query.filter is not None else ():
+            column = codec.field(name).column
+            if column not in columns:
+                columns.append(column)
+                hidden.append(name)
+        return cls(columns, condition, tuple(hidden))
+
+
+def _fetch(codec: ModelCodec, cursor: Cursor, query: Query, read: ReadPlan,
+           page: int | None) -> Op[None]:
+    """Read the next page of a cursor (an empty page with a next key is not the end)."""
     while True:
+        segment = cursor.segments[0]
         _, next_start, rows, _ = yield Call(
-            "get_range", cursor.table, direction, cursor.start, cursor.end, columns, page,
-            sdk_condition(query.filter, codec), 1,
+            "get_range", cursor.table,
+            md.Direction.BACKWARD if segment.backward else md.Direction.FORWARD,
+            cursor.start, segment.end, read.columns, page, read.condition, 1,
         )
-        if next_start is None:
-            cursor.done = True
-        else:
-            cursor.start = next_start
+        if cursor.skip is not None and rows:
+            if rows[0].primary_key == cursor.skip:
+                rows = rows[1:]
+            cursor.skip = None
+        cursor.advance(next_start)
         models = codec.to_models(rows)
         if query.fetch_missing and models:
             models = yield from _complete(codec, models, query)
+        for name in read.hidden:
+            for model in models:
+                model.__dict__.pop(name, None)
         cursor.rows, cursor.position = models, 0
         if models or cursor.done:
             return
@@ -367,34 +448,31 @@ def range_op(codec: ModelCodec, query: Query) -> Op[None]:
     if tables is None:
         existing = yield Call("list_table")
         tables = family_tables(codec, query.family_spec or {}, existing)
-    cursors = [Cursor(table, list(start), list(end)) for table in tables for start, end in query.bounds]
+    cursors = [Cursor(table, segments) for table in tables for segments in query.streams]
     if not cursors:
         return
-    remaining = query.limit
-    if len(cursors) == 1:
-        cursor = cursors[0]
-        while not cursor.done:
-            yield from _fetch(codec, cursor, _limited(query, remaining))
-            rows = cursor.rows
-            if remaining is not None:
-                rows = rows[:remaining]
-                remaining -= len(rows)
-            if rows:
-                yield Emit(rows)
-            if remaining == 0:
-                return
+    read = ReadPlan.of(codec, query)
+    if len(cursors) > 1:
+        yield from _merge(codec, cursors, query, read)
         return
-    yield from _merge(codec, cursors, query)
+    cursor = cursors[0]
+    remaining = query.limit
+    while not cursor.done:
+        page = query.page_size
+        if remaining is not None:
+            page = min(remaining, page or PAGE_ROWS)
+        yield from _fetch(codec, cursor, query, read, page)
+        rows = cursor.rows
+        if remaining is not None:
+            rows = rows[:remaining]
+            remaining -= len(rows)
+        if rows:
+            yield Emit(rows)
+        if remaining == 0:
+            return
 
 
-def _limited(query: Query, remaining: int | None) -> Query:
-    if remaining is None:
-        return query
-    page = min(remaining, query.page_size or PAGE_ROWS)
-    return attrs.evolve(query, page_size=page) if page != query.page_size else query
-
-
-def _merge(codec: ModelCodec, cursors: list[Cursor], query: Query) -> Op[None]:
+def _merge(codec: ModelCodec, cursors: list[Cursor], query: Query, read: ReadPlan) -> Op[None]:
     """Several streams (buckets, month tables) merged in key order."""
     names = [codec.by_column[c].name for c in query.merge_columns if c in codec.by_column]
 
@@ -404,7 +482,7 @@ def _merge(codec: ModelCodec, cursors: list[Cursor], query: Query) -> Op[None]:
 
     live = []
     for cursor in cursors:
-        yield from _fetch(codec, cursor, query)
+        yield from _fetch(codec, cursor, query, read, query.page_size)
         if cursor.rows:
             live.append(cursor)
     emitted = 0
@@ -428,7 +506,7 @@ def _merge(codec: ModelCodec, cursors: list[Cursor], query: Query) -> Op[None]:
             if pick.done:
                 live.remove(pick)
             else:
-                yield from _fetch(codec, pick, query)
+                yield from _fetch(codec, pick, query, read, query.page_size)
                 if not pick.rows:
                     live.remove(pick)
     if batch_out:
