@@ -219,22 +219,24 @@ class ModelCodec:
         return row
 
     def to_models(self, rows: Iterable[Any]) -> list[Model]:
-        """Models from the SDK's ``Row`` objects of a page (the loop of ``to_model``, inlined:
-        it runs for every row a query returns)."""
+        """Models from the SDK's ``Row`` objects of a GetRange page (the loop of ``to_model``,
+        inlined: it runs for every row a query returns; the SDK gives each attribute cell as
+        ``(name, value, timestamp)``)."""
         if self.renamed or self.read_converts:
             return [self.to_model(row.primary_key, row.attribute_columns) for row in rows]
         fields, model, new = self.field_names, self.model, self._new
-        models = []
+        models: list[Model] = []
+        append = models.append
         for row in rows:
             values = dict(row.primary_key)
-            for cell in row.attribute_columns:
-                values[cell[0]] = cell[1]
-            if not values.keys() <= fields:
+            for name, value, _ in row.attribute_columns:
+                values[name] = value
+            if not fields.issuperset(values):
                 for name in values.keys() - fields:
                     del values[name]
             instance = new(model)
             instance.__dict__ = values
-            models.append(instance)
+            append(instance)
         return models
 
     def _python(self, field: Field, value: Any) -> Any:
