@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import attrs
 
 Month = tuple[int, int]  # (year, month)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MILLISECOND = timedelta(milliseconds=1)
 _SUFFIX = re.compile(r"^(?P<year>\d{4})(?P<month>0[1-9]|1[0-2])$")
 
 
@@ -118,12 +120,18 @@ class Monthly:
         return month < oldest_kept
 
 
+def epoch_ms(value: datetime) -> int:
+    """An aware datetime as whole epoch milliseconds, exactly (``timestamp() * 1000`` goes
+    through a float: 2038-06-23 04:29:04.615 becomes ...614), sub-milliseconds floored."""
+    return (value - EPOCH) // MILLISECOND
+
+
 def partition_ms(value: Any) -> int:
     """The epoch milliseconds of a partition field's value (int ms or an aware datetime)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("a naive datetime has no time zone; use datetime(..., tzinfo=timezone.utc)")
-        return int(value.timestamp() * 1000)
+        return epoch_ms(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"the partition field must hold epoch milliseconds or a datetime, got {value!r}")
     return value

@@ -23,7 +23,7 @@ import attrs
 
 from tsmigrate import schema
 from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError
-from tsmigrate.families import Monthly
+from tsmigrate.families import Monthly, epoch_ms
 from tsmigrate.keys import Derivation
 from tsmigrate.validate import validate_catalog
 
@@ -319,7 +319,7 @@ def stored_value(declaration: PrimaryKey | Column, value: Any) -> Any:
                 f"field {declaration.name!r}: a naive datetime has no time zone; "
                 "give an aware one (tzinfo=timezone.utc)"
             )
-        return int(value.timestamp() * 1000)
+        return epoch_ms(value)
     if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
         raise ValueError(
             f"field {declaration.name!r} is money: give a Decimal (or an int of minor units), "
@@ -327,6 +327,8 @@ def stored_value(declaration: PrimaryKey | Column, value: Any) -> Any:
         )
     if isinstance(value, int):
         return value
+    if not value.is_finite():
+        raise ValueError(f"field {declaration.name!r} = {value}: money must be a finite number")
     minor = value.scaleb(declaration.scale)
     if minor != minor.to_integral_value():
         raise ValueError(

@@ -4,9 +4,11 @@ from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
-from service_models import Account, Reading
+from service_models import FAST, Account, Reading
 from tablestore import OTSClient
 
+from tsmigrate.local.faults import FaultPlan
+from tsmigrate.retry import RETRY_POLICY
 from tsmigrate.service import (
     AlreadyExists,
     Attr,
@@ -206,3 +208,60 @@ def test_a_key_that_is_not_the_models_says_what_to_pass(readings):
         readings.delete(5)
     with pytest.raises(RowValueError, match="not both"):
         readings.get(Reading.key(device_id="d", ts=1), ts=1)
+
+
+@pytest.mark.parametrize("policy", ["sdk default", "tsmigrate"])
+def test_versioned_writes_whose_answers_are_lost_are_not_conflicts(ots_instance, client, accounts,
+                                                                   ots_server_options, policy):
+    # The server writes, then answers OTSTimeout: the write is repeated (by the client's retry
+    # policy or by Rows), finds its own version in place and succeeds instead of a conflict.
+    kwargs = {} if policy == "sdk default" else {"retry_policy": RETRY_POLICY}
+    rows = Rows(Account, ots_instance.client(**kwargs), retry=FAST)
+    ots_server_options.faults = FaultPlan.parse(
+        "done_timeout@PutRow|UpdateRow|DeleteRow=0.4,seed=11")
+    for i in range(25):
+        row = rows.put(Account(user_id=f"u{i}", visits=1))
+        assert row.version == 1
+        row.visits = 2
+        rows.put(row)
+        rows.update(row, increment={"visits": 1}, set={"nickname": "n"})
+        assert row.version == 3
+        rows.delete(row)
+    ots_server_options.faults = None
+    assert accounts.batch_get([{"user_id": f"u{i}"} for i in range(25)]).rows == [None] * 25
+    # A real conflict is still one; a condition of the caller's that fails is ConditionFailed.
+    mine = rows.put(Account(user_id="ann", visits=1))
+    theirs = accounts.get(user_id="ann")
+    accounts.update(theirs, set={"visits": 5})
+    with pytest.raises(VersionConflict) as conflict:
+        rows.update(mine, set={"visits": 2})
+    assert conflict.value.current.visits == 5
+    with pytest.raises(ConditionFailed) as failed:
+        rows.put(theirs, condition=Attr("visits") == 4)
+    assert not isinstance(failed.value, VersionConflict)
+
+
+def test_integers_beyond_64_bits_are_a_row_value_error_naming_the_field(accounts, readings):
+    with pytest.raises(RowValueError, match=r"Account\.visits = 9223372036854775808 does not fit"):
+        accounts.put(Account(user_id="ann", visits=2**63))
+    with pytest.raises(RowValueError, match=r"Account\.balance = .* does not fit"):
+        accounts.put(Account(user_id="ann", balance=Decimal("1e30")))
+    with pytest.raises(RowValueError, match=r"Account\.visits = -9223372036854775809 does not fit"):
+        accounts.batch_write(put=[Account(user_id="bob", visits=-(2**63) - 1)])
+    with pytest.raises(RowValueError, match=r"Reading\.ts = 18446744073709551616 does not fit"):
+        readings.get(device_id="d", ts=2**64)
+    accounts.put(Account(user_id="cy", visits=2**63 - 1))
+    assert accounts.get(user_id="cy").visits == 2**63 - 1
+    with pytest.raises(RowValueError, match=r"Account\.visits = 9223372036854775808 does not fit"):
+        accounts.update({"user_id": "cy"}, increment={"visits": 2**63})
+    with pytest.raises(RowValueError, match="money must be a finite number"):
+        accounts.put(Account(user_id="ann", balance=Decimal("NaN")))
+
+
+def test_datetimes_are_stored_as_exact_milliseconds(accounts):
+    # 04:29:04.615 is 2160880144.6149998 seconds as a float: timestamp() * 1000 gave ...614.
+    moment = datetime(2038, 6, 23, 4, 29, 4, 615000, tzinfo=timezone.utc)
+    accounts.put(Account(user_id="ann", opened=moment))
+    assert accounts.get(user_id="ann").opened == moment
+    _, row, _ = accounts.client.get_row("svc_accounts", [("user_id", "ann")], ["opened"], None, 1)
+    assert row.attribute_columns[0][1] == 2160880144615

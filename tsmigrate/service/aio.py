@@ -28,11 +28,12 @@ class AsyncRows(Generic[M]):
         self.model = model
         self.client = client
         self.codec = codec(model)
-        # Retries of batch rows and idempotent creates (tsmigrate.retry's policy by default).
+        # Retries of batch rows, idempotent creates and versioned writes (tsmigrate.retry's
+        # policy by default).
         self.retry = policy_for(retry)
 
     async def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
-        return await arun(self.client, rows.put_op(self.codec, row, condition, expect))
+        return await arun(self.client, rows.put_op(self.codec, row, condition, expect, self.retry))
 
     async def get(self, key: Key | None = None, /, *, columns: Iterable[str] | None = None,
                   **fields: Any) -> M | None:
@@ -46,11 +47,12 @@ class AsyncRows(Generic[M]):
     ) -> None:
         await arun(self.client, rows.update_op(self.codec, target, set=set, delete=delete,
                                                increment=increment, condition=condition,
-                                               expect=expect))
+                                               expect=expect, retry=self.retry))
 
     async def delete(self, target: M | Mapping[str, Any] | Key, *, condition: Condition | None = None,
                      expect: str = "ignore") -> None:
-        await arun(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
+        await arun(self.client, rows.delete_op(self.codec, target, condition=condition,
+                                               expect=expect, retry=self.retry))
 
     async def create(self, row: M, *, request_id: str | None = None) -> M:
         return await arun(self.client, rows.create_op(self.codec, row, request_id, self.retry))

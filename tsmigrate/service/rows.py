@@ -139,20 +139,9 @@ def get_op(
     return codec.to_model(row.primary_key, row.attribute_columns)
 
 
-def _conflict(codec: ModelCodec, values: Mapping[str, Any], table: str, expected: int | None,
-              action: str) -> Op[None]:
-    current = yield from get_op(codec, values, table=table)
-    stored = None if current is None else current.__dict__.get(codec.version)
-    raise VersionConflict(
-        f"{codec.name} {action}: expected version {expected}, the stored row has "
-        f"{'no row' if current is None else f'version {stored}'} (another writer changed it; "
-        "reload and retry)",
-        model=codec.name, key=codec.key(values), expected=expected, current=current,
-    )
-
-
 def put_op(
     codec: ModelCodec, row: Model, condition: Condition | None = None, expect: str = "ignore",
+    retry: TsmigrateRetryPolicy = RETRY_POLICY,
 ) -> Op[Model]:
     codec.check_model(row)
     values = row.__dict__
@@ -160,12 +149,16 @@ def put_op(
     key = codec.key(values)
     existence = expectation(expect)
     cells = codec.row_attributes(row)
-    next_version = None
     if codec.version:
         existence, guard, next_version = version_guard(codec, row)
-        condition = _and(guard, condition)
+        token = uuid.uuid4().hex
         cells = [c for c in cells if c[0] != codec.version_column]
-        cells.append((codec.version_column, next_version))
+        cells += [(codec.version_column, next_version), (codec.request_id_column, token)]
+        call = Call("put_row", table, md.Row(key, cells),
+                    md.Condition(existence, sdk_condition(_and(guard, condition), codec)))
+        yield from _guarded(codec, call, table, key, values.get(codec.version), token, "put", retry)
+        values[codec.version] = next_version
+        return row
     try:
         yield Call("put_row", table, md.Row(key, cells),
                    md.Condition(existence, sdk_condition(condition, codec)))
@@ -173,15 +166,69 @@ def put_op(
         check_month(codec, table, exc)
         if exc.code != CONDITION_FAILED:
             raise
-        if codec.version:
-            yield from _conflict(codec, values, table, values.get(codec.version), "put")
         raise ConditionFailed(
             f"{codec.name} put {key}: the condition did not hold ({exc.message})",
             model=codec.name, key=key,
         ) from None
-    if next_version is not None:
-        values[codec.version] = next_version
     return row
+
+
+def _guarded(
+    codec: ModelCodec, call: Call, table: str, key: list[tuple[str, Any]], expected: int | None,
+    token: str | None, action: str, retry: TsmigrateRetryPolicy,
+) -> Op[None]:
+    """A write guarded by the row's version: repeated after a lost answer (the guard makes a
+    repeat harmless), as the client's retry policy may already have done. A failed guard is
+    then this very write having landed when the row carries its token (put, update), or, for a
+    delete, when the row is gone; otherwise VersionConflict (the stored version is another), or
+    ConditionFailed (the version held: the caller's own condition did not)."""
+    attempt = 0
+    while True:
+        try:
+            yield call
+            return
+        except OTSServiceError as exc:
+            check_month(codec, table, exc)
+            if exc.code == CONDITION_FAILED:
+                yield from _check_guard(codec, table, key, expected, token, action, exc.message)
+                return
+            if not call_retryable(exc, True) or attempt >= retry.max_retries:
+                raise
+            failure: Exception = exc
+        except Exception as exc:
+            if not call_retryable(exc, True) or attempt >= retry.max_retries:
+                raise
+            failure = exc
+        yield Sleep(delay(retry, attempt, code_of(failure)[0]))
+        attempt += 1
+
+
+def _check_guard(
+    codec: ModelCodec, table: str, key: list[tuple[str, Any]], expected: int | None,
+    token: str | None, action: str, message: str,
+) -> Op[None]:
+    _, stored, _ = yield Call("get_row", table, key, None, None, 1)
+    if stored is None or not (stored.primary_key or stored.attribute_columns):
+        if action == "delete":
+            return  # gone: this delete landed (or another did; the row is gone either way)
+        current = None
+    else:
+        cells = {cell[0]: cell[1] for cell in stored.attribute_columns}
+        if token is not None and cells.get(codec.request_id_column) == token:
+            return  # this write landed; its answer was lost and the repeat found it done
+        current = codec.to_model(stored.primary_key, stored.attribute_columns)
+    version = None if current is None else current.__dict__.get(codec.version)
+    if current is not None and expected is not None and version == expected:
+        raise ConditionFailed(
+            f"{codec.name} {action} {key}: the condition did not hold ({message})",
+            model=codec.name, key=key,
+        )
+    raise VersionConflict(
+        f"{codec.name} {action}: expected version {expected}, the stored row has "
+        f"{'no row' if current is None else f'version {version}'} (another writer changed it; "
+        "reload and retry)",
+        model=codec.name, key=key, expected=expected, current=current,
+    )
 
 
 def update_row_cells(
@@ -200,7 +247,7 @@ def update_row_cells(
     for name, amount in (increment or {}).items():
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise RowValueError(f"{codec.name}.{name}: increments are integers, got {amount!r}")
-        column, _ = codec.value(name, 0)
+        column, _ = codec.value(name, amount)  # a whole number of the field's 64-bit range
         increments.append((column, amount))
     for name in (*(set or {}), *(delete or ()), *(increment or {})):
         if codec.field(name).column in codec.key_column_names:
@@ -218,6 +265,7 @@ def update_op(
     codec: ModelCodec, target: RowTarget, *, set: Mapping[str, Any] | None = None,
     delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
     condition: Condition | None = None, expect: str = "ignore",
+    retry: TsmigrateRetryPolicy = RETRY_POLICY,
 ) -> Op[None]:
     values, table, key = located(codec, target)
     cells = update_row_cells(codec, set, delete, increment)
@@ -229,21 +277,24 @@ def update_op(
     next_version = None
     if codec.version and isinstance(target, Model):
         existence, guard, next_version = version_guard(codec, target)
-        condition = _and(guard, condition)
-        cells.setdefault(md.UpdateType.PUT, []).append((codec.version_column, next_version))
-    try:
-        yield Call("update_row", table, md.Row(key, cells),
-                   md.Condition(existence, sdk_condition(condition, codec)))
-    except OTSServiceError as exc:
-        check_month(codec, table, exc)
-        if exc.code != CONDITION_FAILED:
-            raise
-        if next_version is not None:
-            yield from _conflict(codec, values, table, values.get(codec.version), "update")
-        raise ConditionFailed(
-            f"{codec.name} update {key}: the condition did not hold ({exc.message})",
-            model=codec.name, key=key,
-        ) from None
+        token = uuid.uuid4().hex
+        cells.setdefault(md.UpdateType.PUT, []).extend(
+            [(codec.version_column, next_version), (codec.request_id_column, token)])
+        call = Call("update_row", table, md.Row(key, cells),
+                    md.Condition(existence, sdk_condition(_and(guard, condition), codec)))
+        yield from _guarded(codec, call, table, key, values.get(codec.version), token, "update", retry)
+    else:
+        try:
+            yield Call("update_row", table, md.Row(key, cells),
+                       md.Condition(existence, sdk_condition(condition, codec)))
+        except OTSServiceError as exc:
+            check_month(codec, table, exc)
+            if exc.code != CONDITION_FAILED:
+                raise
+            raise ConditionFailed(
+                f"{codec.name} update {key}: the condition did not hold ({exc.message})",
+                model=codec.name, key=key,
+            ) from None
     if isinstance(target, Model):
         for name, value in (set or {}).items():
             target.__dict__[name] = value
@@ -255,14 +306,17 @@ def update_op(
 
 def delete_op(
     codec: ModelCodec, target: RowTarget, *, condition: Condition | None = None,
-    expect: str = "ignore",
+    expect: str = "ignore", retry: TsmigrateRetryPolicy = RETRY_POLICY,
 ) -> Op[None]:
     values, table, key = located(codec, target)
     existence = expectation(expect)
     expected = values.get(codec.version) if codec.version and isinstance(target, Model) else None
     if expected is not None:
-        existence = md.RowExistenceExpectation.EXPECT_EXIST
-        condition = _and(Attr(codec.version) == expected, condition)
+        guard = Attr(codec.version) == expected
+        call = Call("delete_row", table, md.Row(key), md.Condition(
+            md.RowExistenceExpectation.EXPECT_EXIST, sdk_condition(_and(guard, condition), codec)))
+        yield from _guarded(codec, call, table, key, expected, None, "delete", retry)
+        return
     try:
         yield Call("delete_row", table, md.Row(key),
                    md.Condition(existence, sdk_condition(condition, codec)))
@@ -270,8 +324,6 @@ def delete_op(
         check_month(codec, table, exc)
         if exc.code != CONDITION_FAILED:
             raise
-        if expected is not None:
-            yield from _conflict(codec, values, table, expected, "delete")
         raise ConditionFailed(
             f"{codec.name} delete {key}: the condition did not hold ({exc.message})",
             model=codec.name, key=key,

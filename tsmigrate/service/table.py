@@ -30,14 +30,15 @@ class Rows(Generic[M]):
         self.model = model
         self.client = client
         self.codec = codec(model)
-        # Retries of batch rows and idempotent creates (tsmigrate.retry's policy by default).
+        # Retries of batch rows, idempotent creates and versioned writes (tsmigrate.retry's
+        # policy by default).
         self.retry = policy_for(retry)
 
     # -- rows ----------------------------------------------------------------------------------
 
     def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:
         """Write the whole row (columns set to None are not stored)."""
-        return run(self.client, rows.put_op(self.codec, row, condition, expect))
+        return run(self.client, rows.put_op(self.codec, row, condition, expect, self.retry))
 
     def get(self, key: Key | None = None, /, *, columns: Iterable[str] | None = None,
             **fields: Any) -> M | None:
@@ -51,11 +52,13 @@ class Rows(Generic[M]):
         condition: Condition | None = None, expect: str = "ignore",
     ) -> None:
         run(self.client, rows.update_op(self.codec, target, set=set, delete=delete,
-                                        increment=increment, condition=condition, expect=expect))
+                                        increment=increment, condition=condition, expect=expect,
+                                        retry=self.retry))
 
     def delete(self, target: M | Mapping[str, Any] | Key, *, condition: Condition | None = None,
                expect: str = "ignore") -> None:
-        run(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect))
+        run(self.client, rows.delete_op(self.codec, target, condition=condition, expect=expect,
+                                        retry=self.retry))
 
     def create(self, row: M, *, request_id: str | None = None) -> M:
         """Create the row exactly once; repeating it with the same request id succeeds."""
