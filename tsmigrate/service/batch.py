@@ -15,6 +15,7 @@ Rows of a table family go to the month table of each row.
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -31,6 +32,7 @@ from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
 from tsmigrate.service.rows import (
+    CONDITION_FAILED,
     RowTarget,
     columns_to_get,
     expectation,
@@ -123,11 +125,12 @@ def _size(cells: Iterable[Any]) -> int:
 
 
 class WriteItem:
-    __slots__ = ("action", "after", "attempts", "error", "identity", "key", "repeatable", "request",
-                 "size", "source", "table")
+    __slots__ = ("action", "after", "attempts", "error", "guarded", "identity", "key", "repeatable",
+                 "request", "size", "source", "table", "token")
 
     def __init__(self, action: str, source: Any, table: str, key: list[tuple[str, Any]],
-                 request: md.RowItem, cells: Iterable[Any], after: Any = None):
+                 request: md.RowItem, cells: Iterable[Any], after: Any = None,
+                 token: str | None = None, guarded: bool = False):
         self.action = action
         self.source = source
         self.table = table
@@ -141,6 +144,10 @@ class WriteItem:
                                and md.UpdateType.INCREMENT in request.row.attribute_columns)
         self.size = 16 + _size(key) + _size(cells)
         self.identity: tuple[Any, ...] | None = None
+        # A version-guarded write: its token (put, update; None for a delete) tells whether a
+        # failed guard is this row's own earlier attempt, whose answer was lost.
+        self.guarded = guarded or token is not None
+        self.token = token
 
     def ident(self) -> tuple[Any, ...]:
         if self.identity is None:
@@ -165,13 +172,15 @@ def _put_item(codec: ModelCodec, row: Model) -> WriteItem:
     cells = codec.row_attributes(row)
     condition = _IGNORE
     after = None
+    token = None
     if codec.version:
         existence, guard, after = version_guard(codec, row)
+        token = uuid.uuid4().hex
         cells = [c for c in cells if c[0] != codec.version_column]
-        cells.append((codec.version_column, after))
+        cells += [(codec.version_column, after), (codec.request_id_column, token)]
         condition = md.Condition(existence, sdk_condition(guard, codec))
     return WriteItem("put", row, codec.table_for(values), key,
-                 md.PutRowItem(md.Row(key, cells), condition), cells, after)
+                     md.PutRowItem(md.Row(key, cells), condition), cells, after, token)
 
 
 def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
@@ -179,15 +188,17 @@ def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
         raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
     _, table, key = located(codec, update.target)
     cells = update_row_cells(codec, update.set, update.delete, update.increment)
-    existence, guard, after = expectation(update.expect), update.condition, None
+    existence, guard, after, token = expectation(update.expect), update.condition, None, None
     if codec.version and isinstance(update.target, Model):  # optimistic locking, as update()
         existence, version, after = version_guard(codec, update.target)
         guard = version if guard is None or version is None else version & guard
-        cells.setdefault(md.UpdateType.PUT, []).append((codec.version_column, after))
+        token = uuid.uuid4().hex
+        cells.setdefault(md.UpdateType.PUT, []).extend(
+            [(codec.version_column, after), (codec.request_id_column, token)])
     condition = md.Condition(existence, sdk_condition(guard, codec))
     flat = [c if isinstance(c, tuple) else (c,) for group in cells.values() for c in group]
     return WriteItem("update", update, table, key,
-                 md.UpdateRowItem(md.Row(key, cells), condition), flat, after)
+                     md.UpdateRowItem(md.Row(key, cells), condition), flat, after, token)
 
 
 def _delete_item(codec: ModelCodec, target: RowTarget) -> WriteItem:
@@ -197,6 +208,8 @@ def _delete_item(codec: ModelCodec, target: RowTarget) -> WriteItem:
         # Optimistic locking, as delete(): only the version the row carries is deleted.
         condition = md.Condition(md.RowExistenceExpectation.EXPECT_EXIST, sdk_condition(
             Attr(codec.version) == target.__dict__[codec.version], codec))
+        return WriteItem("delete", target, table, key, md.DeleteRowItem(md.Row(key), condition), (),
+                         guarded=True)
     return WriteItem("delete", target, table, key, md.DeleteRowItem(md.Row(key), condition), ())
 
 
@@ -283,6 +296,7 @@ def write_items_op(
             return result
         request, by_table = _write_request(chunk)
         again: list[WriteItem] = []
+        guard_failed: list[tuple[WriteItem, str]] = []
         try:
             response = yield Call("batch_write_row", request)
         except Exception as exc:
@@ -317,12 +331,24 @@ def write_items_op(
                             row = item.source.target if item.action == "update" else item.source
                             row.__dict__[codec.version] = item.after
                         settled(item)
+                    elif answer.error_code == CONDITION_FAILED and item.guarded:
+                        guard_failed.append((item, answer.error_message))
                     elif row_retryable(answer.error_code, item.repeatable):
                         item.error = (answer.error_code, answer.error_message)
                         again.append(item)
                     else:
                         fail(item, answer.error_code, answer.error_message)
                         settled(item)
+        for item, message in guard_failed:
+            if (yield from _landed(codec, item)):
+                result.written += 1
+                assert codec is not None  # guarded rows are model rows
+                row = item.source.target if item.action == "update" else item.source
+                if item.after is not None:
+                    row.__dict__[codec.version] = item.after
+            else:
+                fail(item, CONDITION_FAILED, message)
+            settled(item)
         for item in [i for i in again if i.attempts > retry.max_retries]:
             fail(item, item.error[0], f"{item.error[1]} (still failing after {item.attempts} attempts)")
             settled(item)
@@ -332,6 +358,23 @@ def write_items_op(
                 retrying.add(item.ident())
             carry.extend(again)
             yield Sleep(delay(retry, max(i.attempts for i in again) - 1, again[0].error[0]))
+
+
+def _landed(codec: ModelCodec | None, item: WriteItem) -> Op[bool]:
+    """Whether a version-guarded row whose guard failed had landed already: an earlier attempt,
+    whose answer was lost, was repeated (here or by the client's retry policy). A put or update
+    landed when the row carries its token; a versioned delete when the row is gone."""
+    assert codec is not None
+    columns = None if item.token is None else [codec.request_id_column]
+    try:
+        _, stored, _ = yield Call("get_row", item.table, item.key, columns, None, 1)
+    except Exception:
+        return False  # cannot tell: report the failed guard
+    present = stored is not None and bool(stored.primary_key or stored.attribute_columns)
+    if item.token is None:
+        return not present
+    cells = {cell[0]: cell[1] for cell in (stored.attribute_columns if present else ())}
+    return cells.get(codec.request_id_column) == item.token
 
 
 def _count_attempt(chunk: list[WriteItem], code: str, message: str) -> list[WriteItem]:
