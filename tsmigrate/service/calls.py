@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator
 from itertools import chain
 from typing import Any, TypeVar
 
@@ -39,11 +39,12 @@ class Sleep:
 
 
 class Emit:
-    """Hand these rows to the caller of a streaming operation."""
+    """Hand these rows to the caller of a streaming operation (any iterable: a lazy one is
+    consumed as the caller takes rows)."""
 
     __slots__ = ("items",)
 
-    def __init__(self, items: list[Any]):
+    def __init__(self, items: Iterable[Any]):
         self.items = items
 
 

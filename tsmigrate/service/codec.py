@@ -227,26 +227,24 @@ class ModelCodec:
         row.__dict__ = values
         return row
 
-    def to_models(self, rows: Iterable[Any]) -> list[Model]:
-        """Models from the SDK's ``Row`` objects of a GetRange page (the loop of ``to_model``,
-        inlined: it runs for every row a query returns; the SDK gives each attribute cell as
-        ``(name, value, timestamp)``)."""
+    def row_model(self, row: Any) -> Model:
+        """A model from one of the SDK's ``Row`` objects of a GetRange page (``to_model``,
+        inlined for the common case: it runs for every row a query returns; the SDK gives each
+        attribute cell as ``(name, value, timestamp)``)."""
         if self.renamed or self.read_converts:
-            return [self.to_model(row.primary_key, row.attribute_columns) for row in rows]
-        fields, model, new = self.field_names, self.model, self._new
-        models: list[Model] = []
-        append = models.append
-        for row in rows:
-            values = dict(row.primary_key)
-            for name, value, _ in row.attribute_columns:
-                values[name] = value
-            if not fields.issuperset(values):
-                for name in values.keys() - fields:
-                    del values[name]
-            instance = new(model)
-            instance.__dict__ = values
-            append(instance)
-        return models
+            return self.to_model(row.primary_key, row.attribute_columns)
+        values = dict(row.primary_key)
+        for name, value, _ in row.attribute_columns:
+            values[name] = value
+        if not self.field_names.issuperset(values):
+            for name in values.keys() - self.field_names:
+                del values[name]
+        instance = self._new(self.model)
+        instance.__dict__ = values
+        return instance
+
+    def to_models(self, rows: Iterable[Any]) -> list[Model]:
+        return list(map(self.row_model, rows))
 
     def _python(self, field: Field, value: Any) -> Any:
         if type(value) is bytearray:

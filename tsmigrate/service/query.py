@@ -393,27 +393,38 @@ class ReadPlan:
         return cls(columns, condition, tuple(hidden))
 
 
+def _read_page(cursor: Cursor, read: ReadPlan, page: int | None) -> Op[list[Any]]:
+    """The SDK rows of the cursor's next GetRange page (maybe empty, with more to come)."""
+    segment = cursor.segments[0]
+    _, next_start, rows, _ = yield Call(
+        "get_range", cursor.table,
+        md.Direction.BACKWARD if segment.backward else md.Direction.FORWARD,
+        cursor.start, segment.end, read.columns, page, read.condition, 1,
+    )
+    if cursor.skip is not None and rows:
+        if rows[0].primary_key == cursor.skip:
+            rows = rows[1:]
+        cursor.skip = None
+    cursor.advance(next_start)
+    return rows
+
+
+def _page_models(codec: ModelCodec, rows: list[Any], query: Query, read: ReadPlan) -> Op[list[Model]]:
+    models = codec.to_models(rows)
+    if query.fetch_missing and models:
+        models = yield from _complete(codec, models, query)
+    for name in read.hidden:
+        for model in models:
+            model.__dict__.pop(name, None)
+    return models
+
+
 def _fetch(codec: ModelCodec, cursor: Cursor, query: Query, read: ReadPlan,
            page: int | None) -> Op[None]:
-    """Read the next page of a cursor (an empty page with a next key is not the end)."""
+    """Read the cursor's next rows (an empty page with a next key is not the end)."""
     while True:
-        segment = cursor.segments[0]
-        _, next_start, rows, _ = yield Call(
-            "get_range", cursor.table,
-            md.Direction.BACKWARD if segment.backward else md.Direction.FORWARD,
-            cursor.start, segment.end, read.columns, page, read.condition, 1,
-        )
-        if cursor.skip is not None and rows:
-            if rows[0].primary_key == cursor.skip:
-                rows = rows[1:]
-            cursor.skip = None
-        cursor.advance(next_start)
-        models = codec.to_models(rows)
-        if query.fetch_missing and models:
-            models = yield from _complete(codec, models, query)
-        for name in read.hidden:
-            for model in models:
-                model.__dict__.pop(name, None)
+        rows = yield from _read_page(cursor, read, page)
+        models = yield from _page_models(codec, rows, query, read)
         cursor.rows, cursor.position = models, 0
         if models or cursor.done:
             return
@@ -457,17 +468,21 @@ def range_op(codec: ModelCodec, query: Query) -> Op[None]:
         return
     cursor = cursors[0]
     remaining = query.limit
+    # Models are made as the caller takes them (map): a page of them never lives at once, which
+    # spares the garbage collector most of its work on large results.
+    lazy = not query.fetch_missing and not read.hidden
     while not cursor.done:
         page = query.page_size
         if remaining is not None:
             page = min(remaining, page or PAGE_ROWS)
-        yield from _fetch(codec, cursor, query, read, page)
-        rows = cursor.rows
+        rows = yield from _read_page(cursor, read, page)
         if remaining is not None:
             rows = rows[:remaining]
             remaining -= len(rows)
-        if rows:
-            yield Emit(rows)
+        if rows and lazy:
+            yield Emit(map(codec.row_model, rows))
+        elif rows:
+            yield Emit((yield from _page_models(codec, rows, query, read)))
         if remaining == 0:
             return
 
