@@ -26,6 +26,7 @@ _CELL = st.tuples(_NAMES, st.one_of(st.integers(-5, 5), st.text(max_size=8), st.
 def test_key_cells_are_encoded_as_the_plainbuffer_codec_does(key) -> None:
     cells, crcs = encode_primary_key_cells(key)
     assert encode_key_cells(key) == (cells, bytes(crcs))
+    assert encode_key_cells(key) == (cells, bytes(crcs))  # again, from the cache of recent cells
 
 
 @SETTINGS

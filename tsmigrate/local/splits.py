@@ -73,19 +73,22 @@ def compute_split_points_by_size(
     points: list[bytes] = []
     with ctx.storage.lock:
         size = 0
-        full = False
-        previous = b""
+        previous = None  # first column of the row that filled the current split
         start = b"\x00"  # below every stored key (their first column starts with 01)
         while True:
-            rows = ctx.storage.scan_latest(table.table_id, start, b"\xff", True, SCAN_PAGE)
-            for key, latest, _ in rows:
-                prefix = _first_column(key, first.type)
-                if full and prefix != previous:
+            rows = ctx.storage.key_sizes(table.table_id, start, SCAN_PAGE)
+            for key, length in rows:
+                if previous is not None:
+                    # The split is full: it ends where the partition key changes. Only these
+                    # rows have their first column decoded; the rest only add their size.
+                    prefix = _first_column(key, first.type)
+                    if prefix == previous:
+                        continue
                     points.append(prefix)
-                    size, full = 0, False
-                size += len(latest)
-                full = size >= target
-                previous = prefix
+                    size, previous = 0, None
+                size += length
+                if size >= target:
+                    previous = _first_column(key, first.type)
             if len(rows) < SCAN_PAGE:
                 break
             start = rows[-1][0] + b"\x00"  # the smallest key after the last one read

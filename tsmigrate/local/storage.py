@@ -216,21 +216,22 @@ class Storage:
         with contextlib.closing(self.scan_cursor(table_id, start, end, forward, limit)) as rows:
             return rows.fetchall()
 
-    def scan_latest(
-        self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int
-    ) -> list[tuple[bytes, bytes, int | None]]:
-        """Like `scan`, but only (key, latest, mints): the fast path of whole-row range reads."""
-        with contextlib.closing(
-            self.scan_cursor(table_id, start, end, forward, limit, latest_only=True)
-        ) as rows:
-            return rows.fetchall()
+    def key_sizes(self, table_id: int, start: bytes, limit: int) -> list[tuple[bytes, int]]:
+        """(key, size of the encoded newest versions) of the rows from `start` on, in key
+        order, at most `limit`: what split points are cut by, without reading the rows."""
+        self._flush()
+        return self._db.execute(
+            "SELECT k, length(latest) FROM rows WHERE t = ? AND k >= ? ORDER BY k LIMIT ?",
+            (table_id, start, limit),
+        ).fetchall()
 
     def scan_cursor(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int,
         latest_only: bool = False,
     ) -> sqlite3.Cursor:
-        """`scan` (or `scan_latest`) one row at a time, for reads that stop at a size: only the
-        rows taken are read. Use it under the lock and close it there."""
+        """`scan` one row at a time (only key, latest and mints with `latest_only`), for reads
+        that stop at a size: only the rows taken are read. Use it under the lock and close it
+        there."""
         self._flush()
         columns = "k, latest, mints" if latest_only else "k, pk, pkc, latest, mints, cells"
         where = "k >= ? AND k < ? ORDER BY k" if forward else "k <= ? AND k > ? ORDER BY k DESC"

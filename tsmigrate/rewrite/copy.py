@@ -26,6 +26,7 @@ from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 PAGE_ROWS = 5000
 FIRST_PAGE_ROWS = 500  # a split's first page is small: its writes start sooner
+WRITES_IN_FLIGHT = 2  # BatchWriteRow requests a split keeps open: the service never waits for it
 
 
 @attrs.frozen
@@ -79,7 +80,8 @@ def copy_split(
     state = checkpoints.load(client, job.id, split.index)
     resumed = state.status != checkpoints.PENDING
     if not state.done:
-        writer = BatchWriter(client, job.target.name, limiter or RateLimiter(job.max_rows_per_s))
+        writer = BatchWriter(client, job.target.name, limiter or RateLimiter(job.max_rows_per_s),
+                             in_flight=WRITES_IN_FLIGHT)
         end = split.end_bytes
 
         def fetch(start: bytes, rows: int = PAGE_ROWS) -> tuple[Page, bytes | None]:
@@ -88,7 +90,7 @@ def copy_split(
 
         # The next page is read and transformed while this one is written, so the target
         # receives writes without pauses; one page ahead bounds the memory.
-        with ThreadPoolExecutor(1, thread_name_prefix="rewrite-read") as reader:
+        with writer, ThreadPoolExecutor(1, thread_name_prefix="rewrite-read") as reader:
             first = min(FIRST_PAGE_ROWS, PAGE_ROWS)
             ahead = reader.submit(fetch, state.next_start or split.start_bytes, first)
             while True:

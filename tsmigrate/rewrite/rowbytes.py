@@ -186,42 +186,62 @@ def scan_rows(
 _S_TAG_LEN = struct.Struct("<Bi").pack
 _S_INT = struct.Struct("<Bq").pack
 _key_names: dict[str, tuple[bytes, int]] = {}
+# (name, type, value) -> (cell, checksum) of recent key cells: new keys often repeat values (a
+# keyword, a day) whose checksum would otherwise be computed byte by byte again.
+_key_cells: dict[tuple[str, type, Any], tuple[bytes, int]] = {}
+_KEY_CELLS_MAX = 8192
+_KEY_CELL_CACHED_BYTES = 128  # longer values are rarely repeated
+_HASHABLE_KEY_TYPES = (str, int, bytes)
 
 
 def encode_key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
     """Primary-key cells (STRING, INTEGER, BINARY) and their checksums: the PlainBuffer codec's
-    encoding, with the per-name prefix and checksum cached."""
-    t, t2 = _T, _T2
+    encoding, with the per-name prefix and checksum and recent cells cached."""
     parts = []
     crcs = bytearray()
+    cache = _key_cells
     for name, value in key:
-        cached = _key_names.get(name)
-        if cached is None:
-            raw = name.encode("utf-8")
-            cached = _key_names[name] = (b"\x03" + _S_TAG_LEN(0x04, len(raw)) + raw, crc8_bytes(0, raw))
-        prefix, crc = cached
         kind = type(value)
-        if kind is str:
-            data = value.encode("utf-8")
-            encoded = _S_TAG_LEN(0x03, len(data)) + data
-        elif kind is int:
-            encoded = _S_INT(0x0, value)
-        elif kind is bytes or kind is bytearray:
-            encoded = _S_TAG_LEN(0x07, len(value)) + bytes(value)
-        else:
-            raise PlainBufferError(f"key column {name!r} cannot hold {value!r}")
-        if _LITTLE_ENDIAN:
-            words = len(encoded) >> 1
-            for w in memoryview(encoded)[: words * 2].cast("H"):
-                crc = t2[w ^ crc]
-            if len(encoded) & 1:
-                crc = t[crc ^ encoded[-1]]
-        else:
-            for b in encoded:
-                crc = t[crc ^ b]
-        parts += (prefix, _S_TAG_LEN(0x05, len(encoded)), encoded, _CELL_CHECKSUM[crc])
-        crcs.append(crc)
+        entry = (name, kind, value)  # the type too: 1 and True are equal and hash alike
+        hit = cache.get(entry) if kind in _HASHABLE_KEY_TYPES else None
+        if hit is None:
+            hit = _encode_key_cell(name, value)
+            if kind in _HASHABLE_KEY_TYPES and len(hit[0]) <= _KEY_CELL_CACHED_BYTES:
+                if len(cache) >= _KEY_CELLS_MAX:
+                    cache.clear()
+                cache[entry] = hit
+        parts.append(hit[0])
+        crcs.append(hit[1])
     return b"".join(parts), bytes(crcs)
+
+
+def _encode_key_cell(name: str, value: Any) -> tuple[bytes, int]:
+    t, t2 = _T, _T2
+    cached = _key_names.get(name)
+    if cached is None:
+        raw = name.encode("utf-8")
+        cached = _key_names[name] = (b"\x03" + _S_TAG_LEN(0x04, len(raw)) + raw, crc8_bytes(0, raw))
+    prefix, crc = cached
+    kind = type(value)
+    if kind is str:
+        data = value.encode("utf-8")
+        encoded = _S_TAG_LEN(0x03, len(data)) + data
+    elif kind is int:
+        encoded = _S_INT(0x0, value)
+    elif kind is bytes or kind is bytearray:
+        encoded = _S_TAG_LEN(0x07, len(value)) + bytes(value)
+    else:
+        raise PlainBufferError(f"key column {name!r} cannot hold {value!r}")
+    if _LITTLE_ENDIAN:
+        words = len(encoded) >> 1
+        for w in memoryview(encoded)[: words * 2].cast("H"):
+            crc = t2[w ^ crc]
+        if len(encoded) & 1:
+            crc = t[crc ^ encoded[-1]]
+    else:
+        for b in encoded:
+            crc = t[crc ^ b]
+    return b"".join((prefix, _S_TAG_LEN(0x05, len(encoded)), encoded, _CELL_CHECKSUM[crc])), crc
 
 
 _CELL_CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))

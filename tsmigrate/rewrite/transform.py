@@ -159,14 +159,11 @@ class _KeySide:
         return key
 
 
-def _plain_copies(source: Table, target: Table) -> list[int] | None:
-    """Where every target key column is a source key column kept as it is (the key only
-    reordered or shortened), the source column of each; else None."""
+def _plain_copies(source: Table, target: Table) -> list[int | None]:
+    """For each target key column, the source key column it is a plain copy of (the same
+    name, neither derived), whose encoded cell it can reuse as it is; None: computed."""
     plain = {c.name: i for i, c in enumerate(source.primary_key) if c.derivation is None}
-    copies = [plain.get(c.name) if c.derivation is None else None for c in target.primary_key]
-    if any(i is None for i in copies):
-        return None
-    return [i for i in copies if i is not None]
+    return [plain.get(c.name) if c.derivation is None else None for c in target.primary_key]
 
 
 def _types(*tables: Table) -> dict[str, str]:
@@ -194,7 +191,7 @@ class RowTransform:
     _custom: Callable[[dict[str, Any]], dict[str, Any]] | None
     _recover: frozenset[str]  # target attributes the source key is rebuilt from
     # For each target key column, the source key column it is a plain copy of (None: computed)
-    _pk_copies: list[int] | None
+    _pk_copies: list[int | None]
 
     @classmethod
     def build(
@@ -228,7 +225,7 @@ class RowTransform:
             target_side=_KeySide(target, types),
             custom=_load(custom) if custom else None,
             recover=frozenset(f for f in source_naturals if f not in recoverable),
-            pk_copies=None if custom else _plain_copies(source, target),
+            pk_copies=[None] * len(target.primary_key) if custom else _plain_copies(source, target),
         )
 
     @property
@@ -315,19 +312,20 @@ class RowTransform:
         adds = bool(self.added)
         rows = scan_rows(buf, self.key_sources, self.dropped, with_cells=adds)
         copies = self._pk_copies
+        only_copies = None not in copies  # the key only reordered or shortened
         out = []
         digest = 0
         size = 0
         keys: list[tuple[Key, Key, int]] | None = [] if detail else None
         for row in rows:
-            if copies is not None:  # the new key's cells are cells of the old key, as they are
-                spans = [row.pk_cells[i] for i in copies]
+            if only_copies:  # the new key's cells are cells of the old key, as they are
+                spans = [row.pk_cells[i] for i in copies]  # type: ignore[index]
                 pk_cells = b"".join([buf[start:end] for start, end, _ in spans])
                 pk_crcs: Any = bytes([crc for _, _, crc in spans])
-                target_key: Key = [row.primary_key[i] for i in copies]
+                target_key: Key = [row.primary_key[i] for i in copies]  # type: ignore[index]
             else:
                 target_key = self._target_key_of(row)
-                pk_cells, pk_crcs = encode_key_cells(target_key)
+                pk_cells, pk_crcs = self._encode_key(buf, row, target_key)
             attributes, crcs = self._add_cells(buf, row) if adds else (row.attributes, row.crcs)
             body = b"".join((
                 b"\x01", pk_cells, b"\x02" if attributes else b"", attributes,
@@ -340,6 +338,22 @@ class RowTransform:
             if keys is not None:
                 keys.append((row.primary_key, target_key, row_hash))
         return Page(out, digest & DIGEST_MASK, size, keys)
+
+    def _encode_key(self, buf: bytes, row: ScannedRow, key: Key) -> tuple[bytes, bytes]:
+        """The target key's cells: those copied from the old key as the page's bytes, the
+        others encoded."""
+        parts = []
+        crcs = bytearray()
+        for (name, value), source in zip(key, self._pk_copies, strict=True):
+            if source is None:
+                cell, crc = encode_key_cells([(name, value)])
+                parts.append(cell)
+                crcs += crc
+            else:
+                start, end, crc = row.pk_cells[source]
+                parts.append(buf[start:end])
+                crcs.append(crc)
+        return b"".join(parts), bytes(crcs)
 
     def _target_key_of(self, row: ScannedRow) -> Key:
         return self.target_key(self._naturals(row.primary_key, row.values), row.primary_key)

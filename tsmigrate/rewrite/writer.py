@@ -6,6 +6,10 @@ is sent again by the client's retry policy (``tsmigrate.retry``); in a request t
 only the rows that failed with a retryable error are sent again, after the same policy's capped,
 jittered delays. A row that fails for good raises WriteError naming its key.
 
+With ``in_flight`` > 1 the requests of one ``put`` are sent that many at a time, so the service
+always has the next request while the client reads an answer (or waits for its interpreter lock);
+``put`` returns once every row is written, so a caller's checkpoint still follows its writes.
+
 ``RateLimiter`` paces rows per second (``--max-rows-per-s``), shared by the threads of a process.
 """
 
@@ -13,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import attrs
@@ -68,12 +73,26 @@ class BatchWriter:
         table: str,
         limiter: RateLimiter | None = None,
         policy: retry.TsmigrateRetryPolicy | None = None,
+        in_flight: int = 1,
     ) -> None:
         self.raw = RawClient(client)
         self.table = table
         self.limiter = limiter or RateLimiter(None)
         self.policy = policy or retry.policy_of(self.raw.client) or retry.RETRY_POLICY
         self.stats = WriteStats()
+        self._stats_lock = threading.Lock()
+        self._pool = (ThreadPoolExecutor(in_flight, thread_name_prefix="rewrite-write")
+                      if in_flight > 1 else None)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def __enter__(self) -> BatchWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def put(self, rows: Sequence[bytes]) -> None:
         """Write encoded rows (HEADER + row each), whole rows, timestamps as given."""
@@ -84,16 +103,16 @@ class BatchWriter:
         self._write(pb.DELETE, keys)
 
     def _write(self, kind: int, rows: Sequence[bytes]) -> None:
-        batch: list[bytes] = []
-        size = 0
-        for row in rows:
-            if batch and (len(batch) == MAX_BATCH_ROWS or size + len(row) > MAX_BATCH_BYTES):
+        batches = list(_batches(rows))
+        if self._pool is None or len(batches) == 1:
+            for batch in batches:
                 self._send(kind, batch)
-                batch, size = [], 0
-            batch.append(row)
-            size += len(row)
-        if batch:
-            self._send(kind, batch)
+            return
+        # Every request is waited for; then the first failure is raised.
+        sent = [self._pool.submit(self._send, kind, batch) for batch in batches]
+        wait(sent)
+        for request in sent:
+            request.result()
 
     def _send(self, kind: int, rows: list[bytes]) -> None:
         self.limiter.acquire(len(rows))
@@ -102,7 +121,8 @@ class BatchWriter:
         while True:
             failed, error = self._request(kind, pending)
             if not failed or error is None:
-                self.stats.rows += len(rows)
+                with self._stats_lock:
+                    self.stats.rows += len(rows)
                 return
             if attempt >= self.policy.max_retries:
                 key = format_key(decode_row(failed[0]).primary_key)
@@ -111,7 +131,8 @@ class BatchWriter:
                     f"attempts, first {key}: {error.code} {error.message}; run the rewrite again to "
                     "continue from its checkpoints"
                 )
-            self.stats.retried_rows += len(failed)
+            with self._stats_lock:
+                self.stats.retried_rows += len(failed)
             time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
             attempt += 1
             pending = failed
@@ -124,7 +145,8 @@ class BatchWriter:
         for row in rows:
             item = table.rows.add(type=kind, row_change=row)
             item.condition.row_existence = pb.IGNORE
-        self.stats.requests += 1
+        with self._stats_lock:
+            self.stats.requests += 1
         with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
             response = self.raw.call("BatchWriteRow", request, pb.BatchWriteRowResponse)
         failed = []
@@ -141,6 +163,20 @@ class BatchWriter:
             failed.append(row)
             error = exc
         return failed, error
+
+
+def _batches(rows: Sequence[bytes]) -> Iterator[list[bytes]]:
+    """Consecutive requests' rows, each within the service's row count and size."""
+    batch: list[bytes] = []
+    size = 0
+    for row in rows:
+        if batch and (len(batch) == MAX_BATCH_ROWS or size + len(row) > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += len(row)
+    if batch:
+        yield batch
 
 
 def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
