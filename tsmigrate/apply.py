@@ -197,6 +197,8 @@ def _apply_locked(
             f"killed) as interrupted: {listed}")]))
     live = live_catalog(client)
     plan = make_plan(live, models, prune=prune, now=now, bookkeeping=(STATE_TABLE,))
+    ahead = planned.upcoming(client, live, models)
+    plan = attrs.evolve(plan, rewrites=ahead)
     plan_id = plan.models_fingerprint[7:23]
     if document is not None:
         done = resume_point(document, plan.source_fingerprint)
@@ -229,8 +231,8 @@ def _apply_locked(
             "nothing was changed"
         )
     settings = attrs.evolve(settings, report=_renewing(state, settings.report))
-    continued = planned.pending(client, live, models)
-    if not plan.has_changes:
+    continued = planned.pending(client, live, models, ahead)
+    if not plan.steps:
         state.save_catalog(_remembered(models, live, plan))
         ready = tuple(planned.run(client, r.target, settings) for r in continued)
         return Outcome(plan, 0, note, ready, tuple(findings))

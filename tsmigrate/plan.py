@@ -44,6 +44,31 @@ class Undeclared:
 
 
 @attrs.frozen
+class RewriteAhead:
+    """A rewrite that apply runs without a plan step for it: the replacing table already exists
+    (empty) so apply starts the rewrite (``phase`` None), or an unfinished rewrite that apply
+    continues from ``phase`` (the one it was in, or that a failed one goes back to)."""
+
+    table: str
+    source: str
+    phase: str | None = None
+    note: str = ""  # the state it was left in, when that differs from where it goes on
+
+    @property
+    def action(self) -> str:
+        return "start" if self.phase is None else "continue"
+
+    def summary(self) -> str:
+        if self.phase is None:
+            return f"start rewrite of {self.source} into {self.table} (the table exists, empty)"
+        return f"continue rewrite of {self.source} into {self.table} from phase {self.phase}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "source": self.source, "action": self.action,
+                "phase": self.phase, "note": self.note, "summary": self.summary()}
+
+
+@attrs.frozen
 class Plan:
     """Steps, and fingerprints of the live schema before them (``source``), after each of them
     (``step_fingerprints``) and after all (``target``), as inspection will see it; ``models`` is
@@ -55,10 +80,13 @@ class Plan:
     target_fingerprint: str
     models_fingerprint: str = ""
     step_fingerprints: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # Rewrites apply starts or continues besides the steps (read from the state table, not
+    # planned from the schema: see tsmigrate.rewrite.planned)
+    rewrites: tuple[RewriteAhead, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.steps)
+        return bool(self.steps or self.rewrites)
 
     def by_risk(self, risk: str) -> list[ops.Step]:
         return [s for s in self.steps if s.risk == risk]
@@ -76,6 +104,7 @@ class Plan:
                 for s, f in zip(self.steps, self.step_fingerprints, strict=True)
             ],
             "undeclared_tables": [attrs.asdict(u) for u in self.undeclared],
+            "rewrites": [r.to_dict() for r in self.rewrites],
         }
 
 

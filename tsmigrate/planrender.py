@@ -19,7 +19,16 @@ _RISK_COLOURS = {ops.SAFE: "green", ops.DATA_COPY: "yellow", ops.DESTRUCTIVE: "r
 
 def _counts(plan: Plan) -> str:
     parts = [f"{len(plan.by_risk(r))} {r}" for r in ops.RISKS if plan.by_risk(r)]
-    return f"{len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''} ({', '.join(parts)})"
+    counts = f"{len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''}"
+    if parts:
+        counts += f" ({', '.join(parts)})"
+    if plan.rewrites:
+        n = len(plan.rewrites)
+        counts += f", {n} rewrite{'s' if n != 1 else ''} to start or continue"
+    return counts
+
+
+_REWRITES_AHEAD = "Rewrites apply runs (from the rewrite state; `tsmigrate rewrite status` shows more):"
 
 
 def _tally(findings: Sequence[Finding]) -> str:
@@ -68,13 +77,22 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
         lines.append(paint("No changes.", "bold green") + " The instance matches the models.")
     else:
         lines.append(paint(f"Plan: {_counts(plan)}", "bold"))
-        lines.append("")
+        if plan.steps:
+            lines.append("")
         for number, step in enumerate(plan.steps, 1):
             symbol = paint(f"{step.symbol:>3}", _COLOURS[step.symbol])
             risk = paint(step.risk, _RISK_COLOURS[step.risk])
             lines.append(f"{symbol} {number:>2}. {_escape(step.summary(), colour)}  [{risk}]")
             if step.reason:
                 lines.append(f"         {paint(_escape(step.reason, colour), 'dim')}")
+    if plan.rewrites:
+        lines.append("")
+        lines.append(_escape(_REWRITES_AHEAD.replace("`", ""), colour))
+        for rewrite in plan.rewrites:
+            lines.append(f"{paint('  ~', _COLOURS['~'])} {_escape(rewrite.summary(), colour)}  "
+                         f"[{paint(ops.DATA_COPY, _RISK_COLOURS[ops.DATA_COPY])}]")
+            if rewrite.note:
+                lines.append(f"      {paint(_escape(rewrite.note, colour), 'dim')}")
     for table in plan.undeclared:
         lines.append("")
         lines.append(paint("  ? ", "cyan") + f"table {table.name} is not declared: {table.note}")
@@ -100,6 +118,7 @@ def plan_markdown(
         lines.append("**No changes.** The instance matches the models.")
     else:
         lines.append(f"**{_counts(plan)}**")
+    if plan.steps:
         lines.append("")
         lines.append("| # | | step | risk | why |")
         lines.append("|---|---|---|---|---|")
@@ -108,6 +127,16 @@ def plan_markdown(
             summary = step.summary().replace("|", "\\|")
             reason = step.reason.replace("|", "\\|")
             lines.append(f"| {number} | `{step.symbol}` | {summary} | {risk} | {reason} |")
+    if plan.rewrites:
+        lines.append("")
+        lines.append(_REWRITES_AHEAD)
+        lines.append("")
+        lines.append("| rewrite | action | phase | note |")
+        lines.append("|---|---|---|---|")
+        for rewrite in plan.rewrites:
+            cells = [rewrite.summary(), rewrite.action, rewrite.phase or "prepare", rewrite.note]
+            summary, action, phase, note = (c.replace("|", "\\|") for c in cells)
+            lines.append(f"| {summary} | {action} | {phase} | {note} |")
     if plan.undeclared:
         lines.append("")
         lines.append("Tables no model declares (never dropped without `--prune`):")

@@ -1,5 +1,6 @@
 """The rewrite as a user runs it: `tsmigrate plan`, `apply`, `rewrite status|pause|resume|follow|
-finish|abort` in subprocesses against a local server; kill -9 of apply at random moments."""
+finish|abort` in subprocesses against a local server; kill -9 of apply at random moments; plan
+showing the rewrites apply starts or continues without a plan step of their own."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import time
 from pathlib import Path
 
 import rewrite_tables as rt
+import tablestore as ts
 
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.rewrite import driver, machine
+from tsmigrate.rewrite.job import RewriteJob
 
 V1 = '''
 from tsmigrate import Column, Model, PrimaryKey
@@ -192,3 +195,79 @@ def test_apply_killed_at_random_moments_resumes_to_an_equal_target(tmp_path, ots
     status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
                              "--format", "json").stdout)
     assert status["verification"]["ok"] and status["rows_copied"] == 3000
+
+
+# -- plan shows the rewrites apply starts or continues (no plan step of their own) --------------
+
+STARTS = "start rewrite of readings into readings_by_seq"
+
+
+def _plan(project, ots, fmt: str) -> str:
+    result = _run(project, ots, "plan", "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_plan_shows_the_rewrite_apply_starts_into_an_existing_empty_table(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 40)
+    rt.create(ots_instance.client(), rt.TARGET)  # the replacing table exists, as declared, empty
+
+    data = json.loads(_plan(project, ots_instance, "json"))
+    assert data["steps"] == [] and data["has_changes"] is True
+    (ahead,) = data["rewrites"]
+    assert ahead["action"] == "start" and ahead["phase"] is None
+    assert ahead["source"] == "readings" and ahead["table"] == "readings_by_seq"
+    text = _plan(project, ots_instance, "text")
+    assert "No changes" not in text and STARTS in text and "1 rewrite to start or continue" in text
+    markdown = _plan(project, ots_instance, "markdown")
+    assert "No changes" not in markdown and f"| {STARTS}" in markdown and "| start |" in markdown
+    detailed = _run(project, ots_instance, "plan", "--detailed-exitcode")
+    assert detailed.returncode == 2  # changes: apply will do something
+
+    applied = _run(project, ots_instance, "apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert STARTS in applied.stdout  # apply shows the plan it runs
+    assert "rewrite readings -> readings_by_seq: ready" in applied.stdout
+    _target_equals_source(ots_instance)
+    # A ready rewrite waits for `rewrite finish`: apply runs nothing, and plan says so.
+    assert json.loads(_plan(project, ots_instance, "json"))["rewrites"] == []
+    assert "No changes" in _plan(project, ots_instance, "text")
+
+
+def test_plan_shows_the_phase_apply_continues_an_unfinished_rewrite_from(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 30)
+    client = ots_instance.client()
+    rt.create(client, rt.TARGET)
+    job = RewriteJob("job-failed", rt.SOURCE, rt.TARGET)
+    started = machine.start(client, source="readings", target="readings_by_seq",
+                            doc={"job": job.to_json(), "key_change": "new key"})
+    machine.save(client, started, phase=machine.FAILED, error="the worker was killed")
+
+    data = json.loads(_plan(project, ots_instance, "json"))
+    (ahead,) = data["rewrites"]
+    assert ahead["action"] == "continue" and ahead["phase"] == machine.PREPARE
+    assert "the worker was killed" in ahead["note"]
+    continues = "continue rewrite of readings into readings_by_seq from phase prepare"
+    for fmt in ("text", "markdown"):
+        shown = _plan(project, ots_instance, fmt)
+        assert continues in shown and "the worker was killed" in shown and "No changes" not in shown
+
+    applied = _run(project, ots_instance, "apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert continues in applied.stdout and "readings_by_seq: ready" in applied.stdout
+    _target_equals_source(ots_instance)
+    assert json.loads(_plan(project, ots_instance, "json"))["rewrites"] == []
+
+
+def test_plan_refuses_a_replacing_table_with_rows_as_apply_does(tmp_path, ots_instance):
+    project = _source(tmp_path, ots_instance, 10)
+    client = ots_instance.client()
+    rt.create(client, rt.TARGET)
+    client.put_row("readings_by_seq", ts.Row([("key", "x"), ("region", "eu")], [("v", 1)]))
+    for command in ("plan", "apply"):
+        refused = _run(project, ots_instance, command, *(["--yes"] if command == "apply" else []))
+        assert refused.returncode == 1
+        assert "readings_by_seq already exists with rows" in refused.stderr
+        assert "drop readings_by_seq" in refused.stderr
+    assert machine.load(client, "readings_by_seq") is None  # nothing was started
+

@@ -32,6 +32,18 @@ def _with_rewrite_costs(project, target, result):
         return with_costs(client, result)
 
 
+def _with_rewrites_ahead(project, target, live, catalog, result):
+    """The rewrites apply would start or continue besides the steps (the state table's rows)."""
+    import attrs
+
+    from tsmigrate import adapter
+    from tsmigrate.rewrite.planned import upcoming
+    from tsmigrate.target import connect
+
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return attrs.evolve(result, rewrites=upcoming(client, live, catalog))
+
+
 @click.command()
 @models_option
 @project_option
@@ -61,6 +73,7 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,))
+    result = _with_rewrites_ahead(proj, target, live, catalog, result)
     findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
     if out is not None:
         # The file holds the steps apply will plan again (a rewrite's cost is an estimate shown

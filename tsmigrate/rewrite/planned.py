@@ -3,6 +3,7 @@ crash left unfinished, and keep what prepare changed on the tables out of the pl
 
 A rewrite is a long job, so ``apply`` does not re-plan it after a crash: the rewrite row in
 ``tsmigrate_state`` says where it was, and ``apply`` continues it from there (``pending``).
+``upcoming`` tells the same without changing anything, so ``plan`` shows what apply will run.
 While a rewrite is unfinished, the target's widened ``max_time_deviation`` and the source's
 stream (turned on by prepare) are the rewrite's business, not schema changes to plan
 (``mask_live``); finish and abort put them back.
@@ -16,6 +17,7 @@ from typing import Any
 import attrs
 
 from tsmigrate import ops
+from tsmigrate.plan import RewriteAhead
 from tsmigrate.rewrite import driver, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import Catalog, StreamSpec
@@ -72,17 +74,18 @@ def start(client: Any, live: Catalog, models: Catalog, step: ops.RewriteTable,
                          doc={"job": job.to_json(), "key_change": step.key_change})
 
 
-def pending(client: Any, live: Catalog, models: Catalog) -> list[machine.Rewrite]:
-    """Rewrites apply should continue: unfinished ones of declared tables (not paused: resume
-    does that), and declared replacements whose target exists without one (started now, when
-    the target is empty)."""
+def upcoming(client: Any, live: Catalog, models: Catalog) -> list[RewriteAhead]:
+    """The rewrites apply will start or continue besides its plan's steps (read calls only, so
+    ``plan`` shows them too): unfinished ones of declared tables (not paused: resume does that;
+    not ready or finishing: ``rewrite finish`` does that), and declared replacements whose
+    target exists without one (started by apply, when the target is empty)."""
     rewrites = {r.target: r for r in machine.all_rewrites(client)}
     out = []
     for table in models.tables:
         rewrite = rewrites.get(table.name)
         if rewrite is not None and rewrite.active:
             if rewrite.phase not in (machine.READY, machine.FINISHING, machine.PAUSED):
-                out.append(rewrite)
+                out.append(_continued(rewrite))
             continue
         if rewrite is not None and rewrite.phase == machine.DONE:
             continue
@@ -95,8 +98,30 @@ def pending(client: Any, live: Catalog, models: Catalog) -> list[machine.Rewrite
                     f"{table.replaces} wrote, so tsmigrate will not rewrite {table.replaces} into "
                     f"it; drop {table.name} (or declare another table name) and apply again"
                 )
-            step = ops.RewriteTable(table.name, table.replaces, "the table gets a new name")
+            out.append(RewriteAhead(table.name, table.replaces))
+    return out
+
+
+def _continued(rewrite: machine.Rewrite) -> RewriteAhead:
+    if rewrite.phase == machine.FAILED:
+        note = f"it failed: {rewrite.error}" if rewrite.error else "it failed"
+        return RewriteAhead(rewrite.target, rewrite.source, rewrite.resume_to or rewrite.phase, note)
+    return RewriteAhead(rewrite.target, rewrite.source, rewrite.phase)
+
+
+def pending(
+    client: Any, live: Catalog, models: Catalog, ahead: list[RewriteAhead] | None = None
+) -> list[machine.Rewrite]:
+    """Start or take the rewrites of ``upcoming`` (those given: what the plan showed)."""
+    out = []
+    for item in upcoming(client, live, models) if ahead is None else ahead:
+        if item.phase is None:
+            step = ops.RewriteTable(item.table, item.source, "the table gets a new name")
             out.append(start(client, live, models, step))
+        else:
+            rewrite = machine.load(client, item.table)
+            assert rewrite is not None
+            out.append(rewrite)
     return out
 
 
