@@ -271,3 +271,29 @@ def test_plan_refuses_a_replacing_table_with_rows_as_apply_does(tmp_path, ots_in
         assert "drop readings_by_seq" in refused.stderr
     assert machine.load(client, "readings_by_seq") is None  # nothing was started
 
+
+
+def test_a_trimmed_stream_stops_follow_and_finish_and_their_advice_starts_a_safe_rewrite(
+        tmp_path, ots_instance, ots_server_options):  # restores the server's clock offset
+    project = _source(tmp_path, ots_instance, 30)
+    assert _run(project, ots_instance, "apply", "--yes").returncode == 0
+    client = ots_instance.client()
+    key, cells = rt.source_row(3, int(time.time() * 1000))
+    client.put_row(rt.SOURCE.name, ts.Row(key, cells))  # a change capture has not read yet
+    ots_instance.server.clock_offset += 200 * 3600  # past the stream's 168 h: records trimmed
+    client.put_row(rt.SOURCE.name, ts.Row(key, cells), ts.Condition("IGNORE"))
+    advice = "tsmigrate rewrite abort readings_by_seq` then `tsmigrate apply`"
+    for command in (["follow", "readings_by_seq", "--for", "1"], ["finish", "readings_by_seq"]):
+        stopped = _run(project, ots_instance, "rewrite", *command)
+        assert stopped.returncode == 1 and advice in stopped.stderr, stopped.stderr
+        assert "Changes may have been missed" in stopped.stderr
+    status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
+                             "--format", "json").stdout)
+    assert status["phase"] == "ready" and advice in status["error"]
+
+    # The advice, followed: a new rewrite from scratch, equal to the source.
+    assert _run(project, ots_instance, "rewrite", "abort", "readings_by_seq").returncode == 0
+    again = _run(project, ots_instance, "apply", "--yes")
+    assert again.returncode == 0, again.stderr
+    assert "readings_by_seq: ready" in again.stdout
+    _target_equals_source(ots_instance)

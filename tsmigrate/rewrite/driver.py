@@ -78,7 +78,7 @@ def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
     split_list = _splits(client, rewrite)
     return capture_mod.Capture(
         client, job, transform.build(job), rewrite.doc["capture"],
-        split_of=lambda key: splits.split_of(split_list, list(key)),
+        split_of=splits.locator(split_list),
         split_done=lambda index: checkpoints.split_done(client, job.id, index),
         writer=writer,
     )
@@ -377,6 +377,11 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
             report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
             if not read:
                 time.sleep(CAPTURE_IDLE_S)
+    except capture_mod.CaptureLost as exc:
+        # Kept on the rewrite, so `rewrite status` says why and how to start again.
+        with contextlib.suppress(machine.RewriteError):
+            runner.save(error=str(exc)[:2000])
+        raise
     finally:
         with contextlib.suppress(machine.RewriteError):
             _save_capture(runner, capture)

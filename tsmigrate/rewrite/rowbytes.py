@@ -194,25 +194,20 @@ _KEY_CELL_CACHED_BYTES = 128  # longer values are rarely repeated
 _HASHABLE_KEY_TYPES = (str, int, bytes)
 
 
-def encode_key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
-    """Primary-key cells (STRING, INTEGER, BINARY) and their checksums: the PlainBuffer codec's
+def key_cell(name: str, value: Any) -> tuple[bytes, int]:
+    """One primary-key cell (STRING, INTEGER, BINARY) and its checksum: the PlainBuffer codec's
     encoding, with the per-name prefix and checksum and recent cells cached."""
-    parts = []
-    crcs = bytearray()
-    cache = _key_cells
-    for name, value in key:
-        kind = type(value)
-        entry = (name, kind, value)  # the type too: 1 and True are equal and hash alike
-        hit = cache.get(entry) if kind in _HASHABLE_KEY_TYPES else None
-        if hit is None:
-            hit = _encode_key_cell(name, value)
-            if kind in _HASHABLE_KEY_TYPES and len(hit[0]) <= _KEY_CELL_CACHED_BYTES:
-                if len(cache) >= _KEY_CELLS_MAX:
-                    cache.clear()
-                cache[entry] = hit
-        parts.append(hit[0])
-        crcs.append(hit[1])
-    return b"".join(parts), bytes(crcs)
+    kind = type(value)
+    entry = (name, kind, value)  # the type too: 1 and True are equal and hash alike
+    hashable = kind in _HASHABLE_KEY_TYPES
+    hit = _key_cells.get(entry) if hashable else None
+    if hit is None:
+        hit = _encode_key_cell(name, value)
+        if hashable and len(hit[0]) <= _KEY_CELL_CACHED_BYTES:
+            if len(_key_cells) >= _KEY_CELLS_MAX:
+                _key_cells.clear()
+            _key_cells[entry] = hit
+    return hit
 
 
 def _encode_key_cell(name: str, value: Any) -> tuple[bytes, int]:

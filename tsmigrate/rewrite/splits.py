@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -122,8 +122,13 @@ def estimate(client: OTSClient, table: str, want: int = 64) -> SizeEstimate:
 
 def split_of(splits: Sequence[Split], key: Sequence[tuple[str, Any]]) -> int:
     """The index of the range that holds ``key`` (a full source primary key)."""
+    return locator(splits)(key)
+
+
+def locator(splits: Sequence[Split]) -> Callable[[Sequence[tuple[str, Any]]], int]:
+    """``split_of`` for many keys: the ranges' bounds are listed once."""
     firsts = [s.start[0][1] for s in splits[1:]]
-    return bisect.bisect_right(firsts, key[0][1])
+    return lambda key: bisect.bisect_right(firsts, key[0][1])
 
 
 # -- kept in the state table ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ from tsmigrate.errors import KeyDerivationError, TsmigrateError
 from tsmigrate.keys import Derivation
 from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
 from tsmigrate.rewrite import functions
-from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, encode_key_cells, row_checksum, scan_rows
+from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, key_cell, row_checksum, scan_rows
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
 DIGEST_BITS = 128
@@ -346,13 +346,12 @@ class RowTransform:
         crcs = bytearray()
         for (name, value), source in zip(key, self._pk_copies, strict=True):
             if source is None:
-                cell, crc = encode_key_cells([(name, value)])
+                cell, crc = key_cell(name, value)
                 parts.append(cell)
-                crcs += crc
             else:
                 start, end, crc = row.pk_cells[source]
                 parts.append(buf[start:end])
-                crcs.append(crc)
+            crcs.append(crc)
         return b"".join(parts), bytes(crcs)
 
     def _target_key_of(self, row: ScannedRow) -> Key:

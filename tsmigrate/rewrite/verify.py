@@ -28,7 +28,7 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.rowbytes import scan_rows
-from tsmigrate.rewrite.splits import Split, compute, split_of
+from tsmigrate.rewrite.splits import Split, compute, locator
 from tsmigrate.rewrite.transform import DIGEST_MASK, RowTransform, build, format_key, row_digest
 from tsmigrate.schema import Table
 
@@ -127,12 +127,13 @@ def _source_rows(raw: RawClient, transform: RowTransform, split: Split):
 def _target_rows(raw: RawClient, transform: RowTransform, splits: Sequence[Split], start: bytes, end: bytes):
     """(split index, source key or None, target key, digest) of every target row in [start, end)."""
     wanted = transform.recover_columns
+    split_of = locator(splits)
     for buf in _pages(raw, transform.target.name, start, end, transform.target.options.max_versions):
         for row in scan_rows(buf, wanted):
             digest = row_digest(buf[row.pk_start:row.pk_end], row.attributes)
             try:
                 source_key = transform.source_key_of(row.primary_key, list(row.values.items()))
-                index = split_of(splits, source_key)
+                index = split_of(source_key)
             except Exception:  # a row no source row could have become
                 source_key, index = None, UNMAPPED
             yield index, source_key, row.primary_key, digest
