@@ -465,6 +465,62 @@ FOLLOW_UPS: dict[type[ops.Step], Callable[[ts.OTSClient, Any], None]] = {
 }
 
 
+def _options_text(options: TableOptions) -> str:
+    return (f"time_to_live={options.time_to_live}, max_versions={options.max_versions}, "
+            f"max_time_deviation={options.max_time_deviation}, allow_update={options.allow_update}")
+
+
+def _create_table_calls(step: ops.CreateTable) -> list[str]:
+    table = step.definition
+    pk = ", ".join(f"{c.name} {c.type}" + (" auto-increment" if c.auto_increment else "")
+                   for c in table.primary_key)
+    parts = [f"primary key ({pk})"]
+    if table.defined_columns:
+        defined = ", ".join(f"{c.name} {c.type}" for c in table.defined_columns)
+        parts.append(f"defined columns ({defined})")
+    parts.append(_options_text(table.options))
+    parts.append(f"reserved read={table.throughput.read} write={table.throughput.write}")
+    parts += [f"{i.type.lower()} index {i.name} on ({', '.join(i.keys)})" for i in table.secondary_indexes]
+    out = [f"CreateTable {step.table}: " + "; ".join(parts)]
+    if table.stream.enabled:
+        out.append(f"UpdateTable {step.table}: stream on, records kept {table.stream.expiration_hours} h")
+    return out
+
+
+CALLS: dict[type[ops.Step], Callable[[Any], list[str]]] = {
+    ops.CreateTable: _create_table_calls,
+    ops.DropTable: lambda step: [f"DeleteTable {step.table}"],
+    ops.RetireTable: lambda step: [f"GetRange {step.table} (every row and version) into {step.archive}",
+                                   f"DeleteTable {step.table}"],
+    ops.UpdateOptions: lambda step: [f"UpdateTable {step.table}: {_options_text(step.after)}"],
+    ops.UpdateThroughput: lambda step: [
+        f"UpdateTable {step.table}: reserved read={step.after.read} write={step.after.write}"],
+    ops.CreateIndex: lambda step: [
+        f"CreateIndex {step.table}: {step.index.type.lower()} index {step.index.name} on "
+        f"({', '.join(step.index.keys)})" + (f" including ({', '.join(step.index.include)})"
+                                              if step.index.include else "")],
+    ops.DropIndex: lambda step: [f"DeleteIndex {step.table}: {step.index.name}"],
+    ops.CreateSearchIndex: lambda step: [
+        f"CreateSearchIndex {step.table}: {step.index.name} with fields "
+        f"({', '.join(f'{f.name} {f.type}' for f in step.index.fields)})"],
+    ops.DropSearchIndex: lambda step: [f"DeleteSearchIndex {step.table}: {step.index.name}"],
+    ops.UpdateSearchIndexTTL: lambda step: [
+        f"UpdateSearchIndex {step.table}: {step.index} time_to_live={step.after}"],
+    ops.UpdateStream: lambda step: [
+        f"UpdateTable {step.table}: stream " + (f"on, records kept {step.after.expiration_hours} h"
+                                                if step.after.enabled else "off")],
+    ops.AddDefinedColumns: lambda step: [
+        f"AddDefinedColumn {step.table}: " + ", ".join(f"{c.name} {c.type}" for c in step.columns)],
+    ops.DeleteDefinedColumns: lambda step: [
+        f"DeleteDefinedColumn {step.table}: " + ", ".join(c.name for c in step.columns)],
+}
+
+
+def calls(step: ops.Step) -> list[str]:
+    """The service calls ``execute`` makes for ``step``, as text (``upgrade --dry-run``)."""
+    return CALLS[type(step)](step)
+
+
 def can_execute(step: ops.Step) -> bool:
     return type(step) in EXECUTORS
 

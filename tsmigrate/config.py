@@ -24,6 +24,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 DEFAULT_MODELS = ("models",)
 DEFAULT_MIGRATIONS = "migrations"
+WORKFLOWS = ("declarative", "versioned")
 
 
 @attrs.frozen
@@ -33,6 +34,13 @@ class Project:
     migrations: str = DEFAULT_MIGRATIONS
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     pyproject: Path | None = None
+    # declarative: apply changes the instance to match the models; versioned: upgrade runs the
+    # revisions in migrations/, and apply points there.
+    workflow: str = WORKFLOWS[0]
+
+    @property
+    def versioned(self) -> bool:
+        return self.workflow == "versioned"
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -72,6 +80,13 @@ def _path(key: str, value: Any) -> list[str]:
     return []
 
 
+def _workflow(key: str, value: Any) -> list[str]:
+    if value not in WORKFLOWS:
+        return [f"{key} must be one of {', '.join(map(repr, WORKFLOWS))}, got {value!r}; "
+                'example: workflow = "versioned"']
+    return []
+
+
 def _lint(key: str, value: Any) -> list[str]:
     from tsmigrate.lint import settings_problems  # the lint codes are known once the rules load
 
@@ -108,6 +123,7 @@ def _targets(key: str, value: Any) -> list[str]:
 SECTIONS: dict[str, Check] = {
     "models": _module_list,
     "migrations": _path,
+    "workflow": _workflow,
     "lint": _lint,
     "targets": _targets,
 }
@@ -160,6 +176,7 @@ def load_project(start: Path | None = None, models: Sequence[str] = ()) -> Proje
         root=root,
         models=tuple(models) or tuple(configured),
         migrations=settings.get("migrations", DEFAULT_MIGRATIONS),
+        workflow=settings.get("workflow", WORKFLOWS[0]),
         settings=settings,
         pyproject=pyproject,
     )

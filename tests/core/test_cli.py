@@ -84,7 +84,7 @@ def test_validate_the_example_models(runner: CliRunner) -> None:
     result = invoke(runner, "validate", "--project", str(REPO))
     assert result.exit_code == 0, result.output
     fingerprint = compile_models(import_models(["models"], REPO)).fingerprint()
-    assert result.stdout.startswith("ok: 4 tables, 4 indexes, no problems")
+    assert result.stdout.startswith("ok: 4 tables, 5 indexes, no problems")
     assert fingerprint[:19] in result.stdout
 
 
@@ -248,7 +248,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_real_validate_in_the_repository() -> None:
     done = run("validate", cwd=REPO)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("ok: 4 tables, 4 indexes, no problems")
+    assert done.stdout.startswith("ok: 4 tables, 5 indexes, no problems")
 
 
 def test_real_show_json_and_version() -> None:

@@ -59,6 +59,11 @@ CASES = [
      ["targets.prod.table_ops_per_s must be a whole number", "example: table_ops_per_s = 10"]),
     ('models = ["cfg_models"]\ntargets = "prod"',
      ["[tool.tsmigrate.targets] must hold one table per target"]),
+    ('models = ["cfg_models"]\nworkflow = "alembic"',
+     ["tool.tsmigrate.workflow must be one of 'declarative', 'versioned', got 'alembic'",
+      'example: workflow = "versioned"']),
+    ('models = ["cfg_models"]\nwrokflow = "versioned"',
+     ["unknown key 'wrokflow'", "did you mean 'workflow'"]),
 ]
 
 
@@ -99,3 +104,13 @@ def test_valid_configuration_is_accepted(project: Path):
     # The configured severity is applied: the time-first key is now an error (exit 1).
     assert result.exit_code == 1, result.output
     assert '"code": "TS-PK303"' in result.output and '"severity": "error"' in result.output
+
+
+@pytest.mark.parametrize(("body", "workflow"), [
+    ("", "declarative"), ('workflow = "versioned"\n', "versioned"),
+    ('workflow = "declarative"\n', "declarative"),
+])
+def test_the_workflow_defaults_to_declarative(project: Path, body: str, workflow: str):
+    _configure(project, 'models = ["cfg_models"]\n' + body)
+    loaded = load_project(project)
+    assert loaded.workflow == workflow and loaded.versioned == (workflow == "versioned")

@@ -111,11 +111,13 @@ def test_serp_is_keyed_by_keyword_day_request_with_a_lookup_by_request(catalog) 
     table = catalog.table("serp_snapshots")
     assert table.primary_key_names == ("keyword", "day", "request_id")
     assert {c.type for c in table.primary_key} == {"STRING"}
-    (index,) = table.secondary_indexes
+    index = next(i for i in table.secondary_indexes if i.name == "by_request_id")
     assert index.type == "GLOBAL"
     assert index.keys == ("request_id",)
     assert index.include == ("credits", "status")
     assert index.primary_key(table) == ("request_id", "keyword", "day")
+    by_status = next(i for i in table.secondary_indexes if i.name == "by_status")
+    assert by_status.keys == ("status", "day") and by_status.include == ("credits",)
     assert table.column_type("payload") == "STRING"
 
 

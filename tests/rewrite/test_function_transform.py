@@ -47,9 +47,9 @@ def test_a_script_function_is_referenced_by_its_file_and_loaded_again(tmp_path) 
     assert functions.reference(adapter.inspect, "x") == "tsmigrate.adapter:inspect"
     with pytest.raises(FunctionError, match="top level"):
         functions.reference(lambda v: v, "op.rewrite_table's transform")
-    with pytest.raises(FunctionError, match="does not exist here"):
+    with pytest.raises(FunctionError, match="cannot be loaded"):
         functions.resolve(f"{tmp_path}/gone.py:by_region", "transform")
-    with pytest.raises(FunctionError, match="cannot be loaded: AttributeError"):
+    with pytest.raises(FunctionError, match="defines no nothing"):
         functions.resolve(f"{path}:nothing", "transform")
 
 

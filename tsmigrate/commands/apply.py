@@ -144,6 +144,15 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     waits = SettleReport(err_console, bar, None)
     rewrite_progress = ApplyProgress(err_console)
     try:
+        from tsmigrate.config import load_project
+
+        if load_project(project).versioned:
+            raise ApplyRefused(
+                "this project uses the versioned workflow ([tool.tsmigrate] workflow = "
+                "\"versioned\"): apply does not change the instance from the models; run "
+                "`tsmigrate upgrade head` (`tsmigrate revision --autogenerate` turns model changes "
+                "into a revision)"
+            )
         proj, catalog = load_catalog(project, models)
         target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
         seen["target"] = target.identity

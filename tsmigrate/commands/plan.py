@@ -64,12 +64,24 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
     that apply refuses (errors on destructive steps are acknowledged by --allow-destructive).
     """
     from tsmigrate.apply import blocking_findings
+    from tsmigrate.config import load_project
     from tsmigrate.lint import run_lint
     from tsmigrate.plan import make_plan
     from tsmigrate.planfile import plan_document
     from tsmigrate.planrender import plan_json, plan_markdown, plan_text
     from tsmigrate.state import STATE_TABLE
 
+    if load_project(project).versioned:
+        from tsmigrate.commands.versioned import versioned_plan
+        from tsmigrate.errors import ConfigError
+
+        if out is not None or prune or models or fmt == "markdown":
+            raise ConfigError(
+                "in the versioned workflow plan shows pending revisions and drift (text or json); "
+                "--out, --prune, --models and --format markdown belong to the declarative workflow"
+            )
+        versioned_plan(load_project(project), target_name, endpoint, instance, fmt, detailed_exitcode)
+        return
     proj, catalog = load_catalog(project, models)
     target, live = inspect_target(proj, target_name, endpoint, instance)
     result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,))

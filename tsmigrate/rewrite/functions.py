@@ -2,27 +2,23 @@
 named by a reference string so that any worker can load them: a thread, a process pool, a Dask
 worker, or the run that resumes a killed one.
 
-A reference is ``"package.module:function"`` (imported), or ``"/path/to/script.py:function"``
-for a function of a migration script, which is loaded from its file (scripts are not importable
-modules). Only module-level functions have a reference; a lambda or a nested function cannot
-be found again by another process.
+A reference is ``"package.module:function"`` (imported), or ``"<script>.py:function"`` for a
+function of a revision script (a file path, or ``pkg:resource/versions/x.py`` inside an
+installed package), which ``tsmigrate.versions.scripts.load_callable`` loads the way the
+scripts were loaded (scripts are not importable modules). Only top-level functions have a
+reference; a lambda or a nested function cannot be found again by another process.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tsmigrate.errors import TsmigrateError
-
-_scripts: dict[str, Any] = {}  # script path -> its module, loaded once per process
-_loading = threading.Lock()
 
 
 class FunctionError(TsmigrateError):
@@ -45,9 +41,9 @@ def reference(fn: Callable[..., Any], what: str) -> str:
         return f"{module.__name__}:{qualname}"
     code = getattr(fn, "__code__", None)
     path = path or (code.co_filename if code is not None else None)
-    if not path or not Path(path).is_file():
-        raise FunctionError(f"{what} {qualname!r} comes from no file that a worker could load")
-    return f"{Path(path).resolve()}:{qualname}"
+    if not path or not str(path).endswith(".py"):
+        raise FunctionError(f"{what} {qualname!r} comes from no script that a worker could load")
+    return f"{Path(path).resolve() if Path(path).is_file() else path}:{qualname}"
 
 
 def _importable(name: str, path: str | None) -> bool:
@@ -62,37 +58,21 @@ def _importable(name: str, path: str | None) -> bool:
     return bool(origin) and Path(origin).resolve() == Path(path).resolve()
 
 
-def _script(path: str) -> Any:
-    with _loading:
-        module = _scripts.get(path)
-        if module is None:
-            name = "tsmigrate_script_" + hashlib.sha1(path.encode()).hexdigest()[:12]
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise FunctionError(f"cannot load {path}")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            _scripts[path] = module
-        return module
-
-
 def resolve(ref: str, what: str = "function") -> Callable[..., Any]:
-    """The function a reference names (loading its module or script)."""
+    """The function a reference names (importing its module, or loading its script)."""
     location, _, qualname = ref.rpartition(":")
     if not location or not qualname:
         raise FunctionError(f"{what} {ref!r} is not 'module:function' or 'script.py:function'")
     try:
         if location.endswith(".py"):
-            if not Path(location).is_file():
-                raise FunctionError(f"{what} {ref!r}: the script {location} does not exist here")
-            target: Any = _script(location)
+            from tsmigrate.versions.scripts import load_callable
+
+            target: Any = load_callable(ref)
         else:
             target = importlib.import_module(location)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except FunctionError:
-        raise
-    except Exception as exc:  # ImportError, AttributeError, or the script failing to run
+            for part in qualname.split("."):
+                target = getattr(target, part)
+    except Exception as exc:  # ImportError, AttributeError, a script that fails or is gone
         raise FunctionError(f"{what} {ref!r} cannot be loaded: {type(exc).__name__}: {exc}") from None
     if not callable(target):
         raise FunctionError(f"{what} {ref!r} is not a function")
