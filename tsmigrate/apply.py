@@ -105,6 +105,15 @@ def _remembered(models: Catalog, live: Catalog, plan: Plan) -> Catalog:
     return Catalog(tables=[*models.tables, *kept])
 
 
+def _left_by(live: Catalog, plan: Plan) -> Catalog:
+    """The live schema after every step of ``plan`` (what ``tsmigrate status`` checks drift
+    against)."""
+    left = physical(live)
+    for step in plan.steps:
+        left = ops.transform(left, step)
+    return left
+
+
 def _renewing(state: State, report: Callable[[str, dict[str, Any]], None]
               ) -> Callable[[str, dict[str, Any]], None]:
     """A rewrite's progress callback that also renews apply's lock lease while it runs."""
@@ -233,7 +242,7 @@ def _apply_locked(
     settings = attrs.evolve(settings, report=_renewing(state, settings.report))
     continued = planned.pending(client, live, models, ahead)
     if not plan.steps:
-        state.save_catalog(_remembered(models, live, plan))
+        state.save_catalog(_remembered(models, live, plan), left=physical(live))
         ready = tuple(planned.run(client, r.target, settings) for r in continued)
         return Outcome(plan, 0, note, ready, tuple(findings))
     if not confirm(plan):
@@ -285,5 +294,5 @@ def _apply_locked(
         raise ApplyInterrupted(plan, current, "interrupted (Ctrl-C)", interrupted=True) from None
     ready += [planned.run(client, r.target, settings) for r in continued]
     lease.check()
-    state.save_catalog(_remembered(models, live, plan))
+    state.save_catalog(_remembered(models, live, plan), left=_left_by(live, plan))
     return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings))

@@ -12,7 +12,8 @@ One table, ``tsmigrate_state``, keyed (kind, id):
   ``started``, then ``done`` or ``failed``; a row an apply left ``started`` (it was killed) is
   marked ``interrupted`` by the next apply.
 - ``("catalog", "applied")``: the declared catalog of the last complete apply, which keeps what
-  the service cannot report (key derivations) for the next diff.
+  the service cannot report (key derivations) for the next diff; and the schema that apply left
+  the instance with, when and by whom (``tsmigrate status`` compares the live schema with it).
 
 Rows are validated when read: a row that is not as tsmigrate writes it is a ``StateRowError``
 naming the row, what is wrong and how to fix it, never a raw KeyError.
@@ -354,10 +355,20 @@ class State:
 
     # -- applied catalog -----------------------------------------------------------------------
 
-    def save_catalog(self, catalog: Catalog) -> None:
-        adapter.put_row(self.client, STATE_TABLE, CATALOG_KEY, {"json": catalog.to_json(indent=None)})
+    def save_catalog(self, catalog: Catalog, left: Catalog | None = None) -> None:
+        """``catalog``: the declared one; ``left``: the live schema the apply left."""
+        columns: dict[str, Any] = {"json": catalog.to_json(indent=None)}
+        if left is not None:
+            columns.update({"left_json": left.to_json(indent=None), "at_ms": int(time.time() * 1000),
+                            "owner": self.owner.text,
+                            **({"user": self.owner.user} if self.owner.user else {})})
+        adapter.put_row(self.client, STATE_TABLE, CATALOG_KEY, columns)
 
     def applied_catalog(self) -> Catalog | None:
+        record = self.applied_record()
+        return record.catalog if record is not None else None
+
+    def applied_record(self) -> AppliedRecord | None:
         # A GetRow, not a ListTable: row reads are not table-level operations, so they cost
         # nothing of the instance's table-operation budget.
         try:
@@ -369,13 +380,38 @@ class State:
         if not row:
             return None
         try:
-            return Catalog.from_dict(json.loads(row["json"]))
+            left = row.get("left_json")
+            return AppliedRecord(
+                catalog=Catalog.from_dict(json.loads(row["json"])),
+                left=Catalog.from_dict(json.loads(left)) if left is not None else None,
+                at_ms=int(row["at_ms"]) if "at_ms" in row else None,
+                owner=str(row.get("owner", "")),
+                user=str(row.get("user", "")),
+            )
         except Exception as exc:  # any shape of damage: a missing column, bad JSON, a bad IR
             raise StateRowError(
                 f"the applied catalog in {STATE_TABLE} (row kind='catalog', id='applied') is "
                 f"malformed ({type(exc).__name__}: {exc}). It keeps the key derivations of the last "
                 "apply; delete that row and apply again (the models' derivations are then used)"
             ) from None
+
+
+@attrs.frozen
+class AppliedRecord:
+    """The catalog row: what the last complete apply declared, and what it left."""
+
+    catalog: Catalog  # the declared catalog (key derivations included)
+    # The live schema the apply left (physical); None in rows written before tsmigrate kept it.
+    left: Catalog | None = None
+    at_ms: int | None = None
+    owner: str = ""
+    user: str = ""
+
+    @property
+    def who(self) -> str:
+        """user@host, or host:pid when the user was not recorded."""
+        host = self.owner.split("@", 1)[1] if "@" in self.owner else self.owner
+        return f"{self.user}@{host.rsplit(':', 1)[0]}" if self.user else host
 
 
 class Lease:

@@ -2,6 +2,7 @@
 
 - ``common``: error reporting, shared options, loading models and inspecting the target
 - ``init``: init (scaffold a new project)
+- ``status``, ``history``: where the target stands, and what applies did (read calls only)
 - ``schema``: validate, show, lint (no instance needed)
 - ``plan``: plan
 - ``apply``: apply
