@@ -13,6 +13,7 @@ NEXT_STEPS = (
     ("tsmigrate plan", "see what apply would change (on the embedded local instance: no account "
                        "needed)"),
     ("tsmigrate apply", "create the tables"),
+    ("tsmigrate status", "where the instance stands: lock, last apply, drift"),
 )
 
 
