@@ -140,7 +140,10 @@ def last_apply_report(ctx: StatusContext) -> Report:
              f"{utc(run.started_ms)} by {run.who}, last step {utc(run.ended_ms)}"]
     if run.steps[0].error:
         lines.append(f"error: {run.steps[0].error}")
-    if complete and complete["at_ms"] > run.ended_ms:
+    # Every complete apply saves the catalog; one of another run than the last with steps
+    # found nothing to change.
+    if complete and applied is not None and applied.owner != run.steps[0].owner \
+            and complete["at_ms"] > run.ended_ms:
         lines.append(f"a later apply found nothing to change ({complete['at']}, by {complete['by']})")
     lines.append("tsmigrate history lists the steps")
     return Report(data, lines)

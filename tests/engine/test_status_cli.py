@@ -85,6 +85,7 @@ def test_after_an_apply_no_drift_and_the_last_run(tmp_path: Path, ots_instance):
     assert f"last apply: run {run_id} applied (2 step(s)), started " in text and f"by {who}" in text
     assert data["drift"]["checked"] is True and data["drift"]["drifted"] is False
     assert "drift:      none: the instance is as the last apply left it" in text
+    assert "a later apply found nothing to change" not in text
     # An apply that finds nothing to change is the latest check, not a new run.
     assert _cli(proj, ots_instance, "apply", "--yes").returncode == 0
     text, data = _status(proj, ots_instance)
