@@ -137,6 +137,14 @@ def live_catalog(client: Any) -> Catalog:
     return mask_live(client, with_known_derivations(live, State(client).applied_catalog()))
 
 
+def finished_rewrites(client: Any) -> frozenset[str]:
+    """The replaced tables whose rewrite is done (``rewrite finish`` ran): only these may be
+    dropped by ``--prune`` (see ``make_plan``)."""
+    from tsmigrate.rewrite import machine
+
+    return frozenset(r.source for r in machine.all_rewrites(client) if r.phase == machine.DONE)
+
+
 def apply(
     client: Any,
     models: Catalog,
@@ -205,7 +213,8 @@ def _apply_locked(
             f"marked {len(interrupted)} step(s) an earlier apply left unfinished (it was "
             f"killed) as interrupted: {listed}")]))
     live = live_catalog(client)
-    plan = make_plan(live, models, prune=prune, now=now, bookkeeping=(STATE_TABLE,))
+    plan = make_plan(live, models, prune=prune, now=now, bookkeeping=(STATE_TABLE,),
+                     finished_rewrites=finished_rewrites(client))
     ahead = planned.upcoming(client, live, models)
     plan = attrs.evolve(plan, rewrites=ahead)
     plan_id = plan.models_fingerprint[7:23]

@@ -254,34 +254,6 @@ def _drop_steps(table: Table) -> list[ops.Step]:
     return [*steps, ops.DropTable(table.name)]
 
 
-def _index_names_taken(target: Catalog, live: Catalog) -> list[Problem]:
-    """A secondary index is a table of the instance: its name cannot be one another table or
-    another table's index holds or gets (a new table that keeps its old table's index names,
-    a family whose months would share one index name)."""
-    holders = {t.name: f"table {t.name}" for t in live.tables}
-    for table in live.tables:
-        for index in table.secondary_indexes:
-            holders[index.name] = f"secondary index {index.name} of table {table.name}"
-    live_indexes = {t.name: {i.name for i in t.secondary_indexes} for t in live.tables}
-    problems = []
-    for table in target.tables:
-        for index in table.secondary_indexes:
-            holder = holders.get(index.name)
-            if holder is None:  # declared by an earlier table of the plan (a family's months)
-                holders[index.name] = f"secondary index {index.name} of table {table.name}"
-                continue
-            if index.name in live_indexes.get(table.name, ()):
-                continue
-            problems.append(Problem(
-                table=table.name, field=f"index {index.name}", rule="plan.index-name-taken",
-                message=f"the instance has or gets {holder}; index names are unique in the "
-                "instance (an index is a table)",
-                fix=f"give the index another name, e.g. name='{table.name}_{index.name}'",
-                model=table.source,
-            ))
-    return problems
-
-
 def _names(catalog: Catalog) -> dict[str, str]:
     """Every name in the instance-wide namespace (tables and secondary indexes), described."""
     names = {}
@@ -290,6 +262,16 @@ def _names(catalog: Catalog) -> dict[str, str]:
         for index in table.secondary_indexes:
             names[index.name] = f"index {index.name!r} of table {table.name!r}"
     return names
+
+
+def _free_name_fix(what: str, name: str, table: str, taken: Collection[str]) -> str:
+    """How to rename a created table or index whose name is taken, with a free name."""
+    if what == "table":
+        return "declare the table under another name (table=...)"
+    candidate = f"{table}_{name}"
+    while candidate in taken:
+        candidate += "_2"
+    return f"give the index another name, e.g. name={candidate!r}"
 
 
 def _table_objects(catalog: Catalog) -> int:
@@ -306,6 +288,7 @@ def instance_problems(
     problems: list[Problem] = []
     state = physical(live)
     quota_reported = False
+    created_by: dict[str, int] = {}  # names this plan creates, by step number
     for number, step in enumerate(steps, 1):
         taken = {**{n: f"tsmigrate's own table {n!r}" for n in bookkeeping}, **_names(state)}
         created: list[tuple[str, str]] = []  # (name, field)
@@ -316,19 +299,22 @@ def instance_problems(
             created.append((step.index.name, f"index {step.index.name}"))
         model = target.table(step.table).source if target.table(step.table) else ""
         for name, field in created:
-            if name in taken:
-                what = "table" if field == "table" else "index"
-                problems.append(Problem(
-                    table=step.table,
-                    field=field,
-                    rule="instance.name-taken",
-                    message=f"step {number} creates {what} {name!r}, but the instance already has "
-                    f"{taken[name]}: tables and secondary indexes share one namespace, so the "
-                    "service refuses it (OTSObjectAlreadyExist)",
-                    fix=f"give the {what} another name" + (" (name=...)" if what == "index" else
-                                                          " (table=...)"),
-                    model=model,
-                ))
+            if name not in taken:
+                created_by.setdefault(name, number)
+                continue
+            what = "table" if field == "table" else "index"
+            holder = (f"step {created_by[name]} of this plan creates {taken[name]}"
+                      if name in created_by else f"the instance already has {taken[name]}")
+            problems.append(Problem(
+                table=step.table,
+                field=field,
+                rule="instance.name-taken",
+                message=f"step {number} creates {what} {name!r}, but {holder}: tables and "
+                "secondary indexes share one namespace in an instance, so the service would "
+                "refuse it (OTSObjectAlreadyExist)",
+                fix=_free_name_fix(what, name, step.table, {*taken, *created_by}),
+                model=model,
+            ))
         state = ops.transform(state, step)
         count = _table_objects(state) + len(bookkeeping)
         if count > MAX_TABLES_PER_INSTANCE and not quota_reported:
@@ -401,7 +387,6 @@ def make_plan(
         if source is not None:
             change = key_change(source, table) or "the table gets a new name"
             steps.append(ops.RewriteTable(table.name, source.name, change))
-    problems.extend(_index_names_taken(target, live))
     if problems:
         raise SchemaError(problems)
 

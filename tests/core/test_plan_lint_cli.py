@@ -157,7 +157,9 @@ def test_a_name_taken_on_the_instance_is_refused_at_plan_time(tmp_path: Path):
     assert result.returncode == 1
     # Refused at plan time, naming the index and who holds the name.
     assert "legacy_idx" in result.stderr and "legacy" in result.stderr
-    assert "[plan.index-name-taken]" in result.stderr or "[instance.name-taken]" in result.stderr
+    assert ("step 1 creates index 'legacy_idx', but the instance already has index 'legacy_idx' "
+            "of table 'legacy'") in result.stderr
+    assert "[instance.name-taken]" in result.stderr and "name='orders_legacy_idx'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -55,8 +55,10 @@ def test_a_replacing_table_that_keeps_the_old_index_name_is_a_plan_error(tmp_pat
         refused = _run(tmp_path, *command)
         assert refused.returncode == 1, refused.stdout
         assert "Traceback" not in refused.stderr
-        assert ("ReadingV2 (table 'readings_v2'), index by_region: the instance has or gets "
-                "secondary index by_region of table readings") in refused.stderr
+        assert ("ReadingV2 (table 'readings_v2'), index by_region: step 1 creates index "
+                "'by_region', but the instance already has index 'by_region' of table "
+                "'readings'") in refused.stderr
+        assert "[instance.name-taken]" in refused.stderr
         assert "name='readings_v2_by_region'" in refused.stderr
     assert "readings_v2" not in _run(tmp_path, "inspect").stdout  # nothing was created
 
@@ -65,5 +67,6 @@ def test_a_family_whose_months_share_an_index_name_is_a_plan_error(tmp_path):
     _models(tmp_path, MONTHLY)
     refused = _run(tmp_path, "plan")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert "index by_url: the instance has or gets secondary index by_url of table snaps_" \
-        in refused.stderr
+    assert "index by_url: step 2 creates index 'by_url', but step 1 of this plan creates index " \
+        "'by_url' of table 'snaps_" in refused.stderr
+    assert "[instance.name-taken]" in refused.stderr and "name='snaps_" in refused.stderr

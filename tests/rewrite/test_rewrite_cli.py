@@ -152,6 +152,36 @@ def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_p
     assert len(rt.read_all(ots_instance.client(), rt.TARGET)) == 50
 
 
+def _planned_drops(project: Path, ots, *args: str) -> list[str]:
+    result = _run(project, ots, "plan", "--prune", "--format", "json", *args)
+    assert result.returncode == 0, result.stderr
+    return [s["args"]["table"] for s in json.loads(result.stdout)["steps"] if s["kind"] == "drop_table"]
+
+
+def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, ots_instance):
+    """plan --prune next to replaces=: no `drop table readings` while services may still use it
+    (before apply, while the rewrite is ready), then planned and applied once finish ran."""
+    project = _source(tmp_path, ots_instance, 50)
+    assert _planned_drops(project, ots_instance) == []
+    note = json.loads(_run(project, ots_instance, "plan", "--prune", "--format", "json").stdout)
+    assert "kept, even with --prune" in note["undeclared_tables"][0]["note"]
+    applied = _run(project, ots_instance, "apply", "--yes", "--prune", "--allow-destructive")
+    assert applied.returncode == 0, applied.stderr
+    assert "readings_by_seq: ready" in applied.stdout
+    assert _planned_drops(project, ots_instance) == []
+    text = _run(project, ots_instance, "plan", "--prune").stdout
+    assert "drop table readings" not in text and "No changes" in text
+
+    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    assert kept.returncode == 0 and "readings" in ots_instance.client().list_table()
+    assert _planned_drops(project, ots_instance) == ["readings"]
+    assert "drop table readings" in _run(project, ots_instance, "plan", "--prune").stdout
+    pruned = _run(project, ots_instance, "apply", "--yes", "--prune", "--allow-destructive")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "readings" not in ots_instance.client().list_table()
+    assert len(rt.read_all(ots_instance.client(), rt.TARGET)) == 50
+
+
 def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
     project = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0

@@ -114,6 +114,18 @@ def inspect_target(project, target_name, endpoint, instance):
         return target, live_catalog(client)
 
 
+def plan_inputs(project, target_name, endpoint, instance):
+    """The target, its live catalog and the replaced tables whose rewrite has finished (which
+    ``--prune`` may drop): what ``make_plan`` needs (read calls only)."""
+    from tsmigrate import adapter
+    from tsmigrate.apply import finished_rewrites, live_catalog
+    from tsmigrate.target import connect, resolve_target
+
+    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return target, live_catalog(client), finished_rewrites(client)
+
+
 def lint_config(project):
     """``[tool.tsmigrate.lint]`` of the project (already validated when it was loaded)."""
     from tsmigrate.lint import LintConfig

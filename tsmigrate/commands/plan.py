@@ -12,10 +12,10 @@ from rich.console import Console
 from tsmigrate.commands.common import (
     EXIT_CHANGES,
     EXIT_LINT_ERROR,
-    inspect_target,
     lint_config,
     load_catalog,
     models_option,
+    plan_inputs,
     project_option,
     reports_errors,
     with_target,
@@ -83,8 +83,9 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
         versioned_plan(load_project(project), target_name, endpoint, instance, fmt, detailed_exitcode)
         return
     proj, catalog = load_catalog(project, models)
-    target, live = inspect_target(proj, target_name, endpoint, instance)
-    result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,))
+    target, live, finished = plan_inputs(proj, target_name, endpoint, instance)
+    result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,),
+                       finished_rewrites=finished)
     result = _with_rewrites_ahead(proj, target, live, catalog, result)
     findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
     if out is not None:
