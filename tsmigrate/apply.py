@@ -25,7 +25,7 @@ import attrs
 from tsmigrate import adapter, ops
 from tsmigrate.errors import ApplyRefused, TsmigrateError
 from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
-from tsmigrate.plan import Plan, make_plan, with_known_derivations
+from tsmigrate.plan import Plan, make_plan, recorded_catalog, with_known_derivations
 from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, Lease, Lock, LockHeld, State
@@ -93,16 +93,6 @@ class Outcome:
 
 Progress = Callable[[int, int, ops.Step], None]
 Waiting = Callable[[ops.Step, str, float], None]
-
-
-def _remembered(models: Catalog, live: Catalog, plan: Plan) -> Catalog:
-    """What to save as the catalog last applied: the models, plus the live tables no model
-    declares any more and the plan did not drop (a table being rewritten keeps its key
-    derivations, which the rewrite needs and the service cannot report)."""
-    dropped = {s.table for s in plan.steps if isinstance(s, ops.DropTable)}
-    declared = {t.name for t in models.tables}
-    kept = [t for t in live.tables if t.name not in declared and t.name not in dropped]
-    return Catalog(tables=[*models.tables, *kept])
 
 
 def _left_by(live: Catalog, plan: Plan) -> Catalog:
@@ -250,12 +240,16 @@ def _apply_locked(
         )
     settings = attrs.evolve(settings, report=_renewing(state, settings.report))
     continued = planned.pending(client, live, models, ahead)
+    dropped = {s.table for s in plan.steps if isinstance(s, ops.DropTable)}
     if not plan.steps:
-        state.save_catalog(_remembered(models, live, plan), left=physical(live))
+        state.save_catalog(recorded_catalog(models, live), left=physical(live))
         ready = tuple(planned.run(client, r.target, settings) for r in continued)
         return Outcome(plan, 0, note, ready, tuple(findings))
     if not confirm(plan):
         raise ApplyRefused("apply cancelled; nothing was changed")
+    # The models' key derivations are recorded before the first step, so inspection shows every
+    # state on the way as the plan's fingerprints predict it (and a crash midway forgets none).
+    state.save_catalog(recorded_catalog(models, live), left=physical(live))
     predicted = physical(live)
     ready = []
     started = completed = 0
@@ -303,5 +297,5 @@ def _apply_locked(
         raise ApplyInterrupted(plan, current, "interrupted (Ctrl-C)", interrupted=True) from None
     ready += [planned.run(client, r.target, settings) for r in continued]
     lease.check()
-    state.save_catalog(_remembered(models, live, plan), left=_left_by(live, plan))
+    state.save_catalog(recorded_catalog(models, live, dropped), left=_left_by(live, plan))
     return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings))

@@ -773,3 +773,9 @@ def compile_models(
 def registered_models() -> list[type[Model]]:
     """Every concrete model class defined so far, in definition order."""
     return list(_REGISTRY)
+
+
+def forget_models(keep: int) -> None:
+    """Forget the models defined after the first ``keep`` (classes compiled only to check them,
+    such as the models adoption writes)."""
+    del _REGISTRY[keep:]

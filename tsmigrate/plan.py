@@ -71,8 +71,9 @@ class RewriteAhead:
 @attrs.frozen
 class Plan:
     """Steps, and fingerprints of the live schema before them (``source``), after each of them
-    (``step_fingerprints``) and after all (``target``), as inspection will see it; ``models`` is
-    the fingerprint of the declared catalog the plan was made for."""
+    (``step_fingerprints``) and after all (``target``), as ``tsmigrate inspect`` shows it once
+    apply has recorded the models' key derivations (``inspected``); ``models`` is the fingerprint
+    of the declared catalog the plan was made for."""
 
     steps: tuple[ops.Step, ...] = attrs.field(converter=tuple)
     undeclared: tuple[Undeclared, ...] = attrs.field(converter=tuple)
@@ -142,6 +143,21 @@ def with_known_derivations(live: Catalog, applied: Catalog | None) -> Catalog:
             table = attrs.evolve(table, primary_key=known.primary_key)
         tables.append(table)
     return Catalog(tables=tables)
+
+
+def recorded_catalog(models: Catalog, live: Catalog, dropped: Collection[str] = ()) -> Catalog:
+    """What apply records as the catalog last applied: the models, plus the live tables no model
+    declares (with the key derivations known for them: a table being rewritten keeps its own,
+    which the rewrite needs and the service cannot report), less the tables ``dropped``."""
+    declared = {t.name for t in models.tables}
+    kept = [t for t in live.tables if t.name not in declared and t.name not in dropped]
+    return Catalog(tables=[*models.tables, *kept])
+
+
+def inspected(state: Catalog, recorded: Catalog) -> Catalog:
+    """``state`` as ``tsmigrate inspect`` shows it once ``recorded`` is the catalog last applied:
+    what the service stores, with the key derivations tsmigrate recorded."""
+    return with_known_derivations(physical(state), recorded)
 
 
 def _stream(spec: StreamSpec) -> StreamSpec:
@@ -417,16 +433,19 @@ def make_plan(
     if problems:
         raise SchemaError(problems)
 
+    # Fingerprints of the schema as inspection shows it once apply has recorded the models (it
+    # does so before its first step), derivations included.
+    recorded = recorded_catalog(declared, live)
     state = physical(live)
     chain = []
     for step in steps:
         state = ops.transform(state, step)
-        chain.append(state.fingerprint())
+        chain.append(inspected(state, recorded).fingerprint())
     return Plan(
         steps=steps,
         undeclared=undeclared,
-        source_fingerprint=physical(live).fingerprint(),
-        target_fingerprint=state.fingerprint(),
+        source_fingerprint=inspected(live, recorded).fingerprint(),
+        target_fingerprint=inspected(state, recorded).fingerprint(),
         models_fingerprint=declared.fingerprint(),
         step_fingerprints=chain,
     )

@@ -15,10 +15,20 @@ from tsmigrate.commands.common import inspect_target, project_option, reports_er
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--write-models", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write model source for the live tables into this package directory (adoption).")
+              help="Write model source for the live tables into this package directory "
+              "(adoption): all files or none.")
+@click.option("--overwrite", is_flag=True,
+              help="With --write-models: replace model files that exist (refused otherwise).")
 @reports_errors
-def inspect_command(project, target_name, endpoint, instance, fmt, write_models):
-    """Print the schema of the live instance, or write models for it."""
+def inspect_command(project, target_name, endpoint, instance, fmt, write_models, overwrite):
+    """Print the schema of the live instance, or write models for it.
+
+    The fingerprint printed is the one a plan's target_fingerprint predicts after apply (key
+    derivations tsmigrate recorded included). --write-models writes one module per table that
+    compiles back to the live schema, derivations included, so a plan with them shows no
+    changes; nothing is written when a file exists (without --overwrite) or a model would not
+    compile.
+    """
     from tsmigrate.config import load_project
     from tsmigrate.render import catalog_text
 
@@ -26,7 +36,7 @@ def inspect_command(project, target_name, endpoint, instance, fmt, write_models)
     if write_models is not None:
         from tsmigrate.adopt import write_models as write
 
-        for path in write(live, write_models):
+        for path in write(live, write_models, overwrite=overwrite):
             click.echo(f"wrote {path}")
         return
     click.echo(live.to_json() if fmt == "json" else catalog_text(live), nl=fmt == "json")
