@@ -12,6 +12,7 @@ import click
 
 from tsmigrate import __version__
 from tsmigrate.commands.apply import apply_command
+from tsmigrate.commands.group import Group
 from tsmigrate.commands.history import history_command
 from tsmigrate.commands.init import init_command
 from tsmigrate.commands.inspect import inspect_command
@@ -32,7 +33,7 @@ from tsmigrate.commands.versioned import current, downgrade, stamp, upgrade
 from tsmigrate.local.cli import local
 
 
-@click.group()
+@click.group(cls=Group)
 @click.version_option(__version__, prog_name="tsmigrate")
 def main() -> None:
     """Declarative schema-as-code and migrations for Alibaba Cloud Tablestore."""

@@ -63,9 +63,8 @@ class Step:
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"kind": self.kind, "risk": self.risk, "summary": self.summary()}
-        if self.reason:
-            data["reason"] = self.reason
+        data = {"kind": self.kind, "risk": self.risk, "summary": self.summary(),
+                "reason": self.reason}
         data["args"] = {a.name: _plain(getattr(self, a.name)) for a in attrs.fields(type(self))}
         return data
 
@@ -189,11 +188,17 @@ class UpdateOptions(Step):
 
     def summary(self) -> str:
         changes = [
-            f"{a.name} {getattr(self.before, a.name)!r} -> {getattr(self.after, a.name)!r}"
+            f"{a.name} {_option_value(a.name, getattr(self.before, a.name))} -> "
+            f"{_option_value(a.name, getattr(self.after, a.name))}"
             for a in attrs.fields(TableOptions)
             if getattr(self.before, a.name) != getattr(self.after, a.name)
         ]
         return f"update options of {self.table}: {', '.join(changes)}"
+
+
+def _option_value(name: str, value: Any) -> str:
+    """A table option as plans print it: durations as ``90d``, ``2h`` (as models declare them)."""
+    return duration(value) if name in ("time_to_live", "max_time_deviation") else repr(value)
 
 
 @attrs.frozen
@@ -220,6 +225,10 @@ class AddDefinedColumns(Step):
     symbol = "+"
 
     columns: tuple[DefinedColumn, ...] = attrs.field(converter=tuple)
+
+    @property
+    def reason(self) -> str:
+        return "only the declaration is added: rows are not rewritten, and indexes may then use the columns"
 
     def summary(self) -> str:
         cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)

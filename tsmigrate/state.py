@@ -37,6 +37,7 @@ import tablestore as ts
 
 from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.render import duration
 from tsmigrate.schema import Catalog
 
 STATE_TABLE = "tsmigrate_state"
@@ -201,7 +202,7 @@ class State:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     if timeout_s > 0:
-                        raise LockHeld(f"{exc} (waited {timeout_s:.0f} s)", exc.holder) from None
+                        raise LockHeld(f"{exc} (waited {duration(round(timeout_s))})", exc.holder) from None
                     raise
                 if on_wait is not None and exc.holder is not None and exc.holder.owner != told:
                     on_wait(exc.holder)

@@ -39,6 +39,8 @@ class Target:
     name: str
     # Pace table-level calls to this many per second (None: no pacing, as for the local server).
     table_ops_per_s: int | None = SERVICE_TABLE_OPS_PER_S
+    # The embedded instance's data directory (its project's .tsmigrate/local).
+    data_dir: Path | None = None
 
     @property
     def embedded(self) -> bool:
@@ -46,8 +48,12 @@ class Target:
 
     @property
     def identity(self) -> str:
-        """What a plan file records to be applied only where it was made."""
-        return f"local:{self.instance}" if self.embedded else f"{self.endpoint}#{self.instance}"
+        """What a plan file records to be applied only where it was made: the endpoint and
+        instance, or for an embedded instance its project's data directory and instance (each
+        project's embedded instance is another one)."""
+        if self.embedded:
+            return f"local:{self.data_dir or LOCAL_DATA}#{self.instance}"
+        return f"{self.endpoint}#{self.instance}"
 
     def describe(self) -> str:
         if self.embedded:
@@ -79,7 +85,8 @@ def resolve_target(
         if not isinstance(spec, dict):
             raise ConfigError(f"[tool.tsmigrate.targets.{target}] must be a table")
         if target == "local" and not spec.get("endpoint"):
-            return Target(None, spec.get("instance", LOCAL_INSTANCE), target, None)
+            return Target(None, spec.get("instance", LOCAL_INSTANCE), target, None,
+                          project.root / LOCAL_DATA)
         if not spec.get("endpoint") or not spec.get("instance"):
             raise ConfigError(f"target {target!r} needs both endpoint and instance")
         rate = spec.get("table_ops_per_s", SERVICE_TABLE_OPS_PER_S)
@@ -92,7 +99,7 @@ def resolve_target(
         if not (env_endpoint and env_instance):
             raise ConfigError("set both TSMIGRATE_ENDPOINT and TSMIGRATE_INSTANCE, or neither")
         return Target(env_endpoint, env_instance, "environment")
-    return Target(None, LOCAL_INSTANCE, "local", None)
+    return Target(None, LOCAL_INSTANCE, "local", None, project.root / LOCAL_DATA)
 
 
 def credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str | None]:
@@ -119,7 +126,7 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
         from tsmigrate.local.ownership import DataDirInUse
         from tsmigrate.local.testing import LocalTablestore
 
-        data_dir = project.root / LOCAL_DATA
+        data_dir = target.data_dir or project.root / LOCAL_DATA
         data_dir.mkdir(parents=True, exist_ok=True)
         try:
             with embedded_instance(str(data_dir), target.instance, on_wait=_say_waiting) as found:

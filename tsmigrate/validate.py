@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from tsmigrate.errors import Problem, SchemaError
 from tsmigrate.keys import Concat
+from tsmigrate.render import duration
 from tsmigrate.schema import (
     ANALYZERS,
     ASC,
@@ -70,6 +71,11 @@ SEARCH_SOURCE_TYPES: dict[str, tuple[str, ...]] = {
     "JSON": (STRING,),
 }
 INDEX_KEY_TYPES = (STRING, INTEGER, BINARY)
+
+
+def _seconds(value: int) -> str:
+    """An invalid duration as plans print durations (``3h``), a negative one in seconds."""
+    return duration(value) if value > 0 else f"{value}s"
 
 
 def check_catalog(catalog: Catalog) -> None:
@@ -263,7 +269,8 @@ def _options(table: Table, report: _Report) -> None:
         report.add(
             "ttl",
             "options.ttl",
-            f"time to live {ttl} s is invalid; it must be -1 (never expire) or at least 86400 s",
+            f"time to live {_seconds(ttl)} is invalid; it must be forever or at least 1d (the "
+            "service's minimum)",
             "use ttl=None for no expiry, or ttl of one day or more (e.g. '90d')",
         )
     if not 1 <= options.max_versions <= INT32_MAX:
@@ -276,7 +283,8 @@ def _options(table: Table, report: _Report) -> None:
         report.add(
             "max_time_deviation",
             "options.max-time-deviation",
-            f"max time deviation {options.max_time_deviation} s must be in [0, INT64_MAX/1000000]",
+            f"max time deviation {_seconds(options.max_time_deviation)} must be in "
+            "[0s, INT64_MAX/1000000 s]",
         )
     for side in ("read", "write"):
         value = getattr(table.throughput, side)
@@ -545,14 +553,14 @@ def _search_index(table: Table, index: SearchIndex, report: _Report) -> None:
             report.add(
                 where,
                 "search-index.ttl",
-                f"search index TTL {ttl} s is invalid; it must be -1 or at least 86400 s",
+                f"search index TTL {_seconds(ttl)} is invalid; it must be forever or at least 1d",
             )
         table_ttl = table.options.time_to_live
         if table_ttl != NO_TTL and ttl > table_ttl:
             report.add(
                 where,
                 "search-index.ttl-above-table",
-                f"search index TTL {ttl} s is above the table's TTL {table_ttl} s",
+                f"search index TTL {duration(ttl)} is above the table's TTL {duration(table_ttl)}",
                 "make the index TTL at most the table's",
             )
         if table.options.allow_update:
@@ -567,7 +575,7 @@ def _search_index(table: Table, index: SearchIndex, report: _Report) -> None:
             where,
             "search-index.ttl-above-table",
             f"search index keeps data forever but the table expires it after "
-            f"{table.options.time_to_live} s",
+            f"{duration(table.options.time_to_live)}",
             "give the search index a TTL no longer than the table's",
         )
 

@@ -122,7 +122,8 @@ def test_broken_models_list_every_problem(runner: CliRunner, tmp_path: Path) -> 
     assert "[secondary-index.ttl-allow-update]" in err  # a TTL, an index and updates allowed
     where = f"{module}.Prices (table 'prices')"
     assert f"{where}, price: DOUBLE is an invalid type for the primary key [primary-key.type]" in err
-    assert f"{where}, ttl: time to live 3600 s is invalid" in err and "[options.ttl]" in err
+    assert f"{where}, ttl: time to live 1h is invalid; it must be forever or at least 1d" in err
+    assert "[options.ttl]" in err
     assert f"{where}, index by_lable: index key 'lable'" in err and "[secondary-index.unknown-column]" in err
     assert "fix: use str (STRING), int (INTEGER) or bytes (BINARY)" in err
 
@@ -285,3 +286,29 @@ def test_real_validate_finds_the_project_from_a_subdirectory(tmp_path: Path) -> 
     done = run("validate", cwd=tmp_path / "deep" / "er")
     assert done.returncode == 1
     assert "[primary-key.type]" in done.stderr
+
+
+def _command_summaries(help_text: str) -> dict[str, str]:
+    """The Commands section of a --help: name -> summary (wrapped lines joined)."""
+    section = help_text.split("Commands:\n", 1)[1]
+    summaries: dict[str, str] = {}
+    name = ""
+    for line in section.splitlines():
+        if line.startswith("  ") and not line.startswith("    ") and line.strip():
+            name, _, text = line.strip().partition(" ")
+            summaries[name] = text.strip()
+        elif line.strip() and name:
+            summaries[name] += " " + line.strip()
+    return summaries
+
+
+@pytest.mark.parametrize("group", [(), ("rewrite",), ("local",)])
+def test_help_summaries_are_whole_sentences(group: tuple[str, ...], tmp_path: Path) -> None:
+    """Every command's summary in a group's --help is a whole sentence, never cut with '...'."""
+    done = run(*group, "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summaries = _command_summaries(done.stdout)
+    assert len(summaries) >= (1 if group == ("local",) else 6)
+    for name, summary in summaries.items():
+        assert not summary.endswith("..."), f"{' '.join(group)} {name}: {summary!r} is cut"
+        assert summary.endswith("."), f"{' '.join(group)} {name}: {summary!r} is not a sentence"

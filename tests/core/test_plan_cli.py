@@ -55,7 +55,8 @@ def test_plan_formats_and_detailed_exitcode(project: Path):
     assert [s["kind"] for s in data["steps"]] == ["create_table"]
     document = json.loads((project / "plan.json").read_text())
     assert document["steps"] == data["steps"]
-    assert document["target"] == "local:local" and document["checksum"].startswith("sha256:")
+    here = project.resolve() / ".tsmigrate" / "local"
+    assert document["target"] == f"local:{here}#local" and document["checksum"].startswith("sha256:")
     markdown = _run(project, "plan", "--format", "markdown")
     assert markdown.returncode == 0
     assert "| 1 | `+` | create table orders" in markdown.stdout
@@ -98,3 +99,46 @@ def test_unknown_target_and_broken_models(project: Path):
     assert broken.returncode == 1
     assert "cannot import models module 'app_models'" in broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+def test_a_plan_file_of_one_projects_embedded_instance_is_refused_in_another(project: Path,
+                                                                             tmp_path_factory):
+    """Every project has its own embedded instance: a plan file names it, not just 'local'."""
+    assert _run(project, "plan", "--out", "plan.json").returncode == 0
+    other = tmp_path_factory.mktemp("other")
+    for name in ("pyproject.toml", "app_models.py"):
+        (other / name).write_text((project / name).read_text())
+    refused = _run(other, "apply", "--yes", "--plan", str(project / "plan.json"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"was made for local:{project.resolve()}/.tsmigrate/local#local, not for " \
+        f"local:{other.resolve()}/.tsmigrate/local#local" in refused.stderr
+    assert _run(project, "apply", "--yes", "--plan", "plan.json").returncode == 0
+
+
+def test_every_step_has_a_reason_and_durations_read_as_models_declare_them(project: Path):
+    """Safe steps too carry a reason (text, Markdown, JSON); a TTL or deviation prints as 90d or
+    2h in summaries and reasons alike, never as seconds."""
+    assert _run(project, "apply", "--yes").returncode == 0
+    models = project / "app_models.py"
+    models.write_text(models.read_text().replace(
+        'class Order(Model, table="orders"):',
+        'class Order(Model, table="orders", ttl="90d", max_time_deviation="2h", stream="12h", '
+        'allow_update=False):'
+    ).replace("    by_status", "    note = Column(str, defined=True)\n    by_status"))
+    data = json.loads(_run(project, "plan", "--format", "json").stdout)
+    kinds = [s["kind"] for s in data["steps"]]
+    assert kinds == ["update_options", "update_options", "add_defined_columns", "update_stream"]
+    assert all(s["reason"] for s in data["steps"])
+    assert [s["risk"] for s in data["steps"]] == ["safe", "destructive", "safe", "safe"]
+    first, ttl = data["steps"][:2]
+    assert first["summary"] == ("update options of orders: max_time_deviation 1d -> 2h, "
+                                "allow_update True -> False")
+    assert "max time deviation 1d -> 2h" in first["reason"]
+    assert ttl["summary"] == "update options of orders: time_to_live forever -> 90d"
+    assert ttl["reason"] == "lowering TTL from forever to 90d deletes cells older than 90d"
+    assert ttl["args"]["after"]["time_to_live"] == 90 * 86400  # data stays in seconds
+    for fmt in ("text", "markdown"):
+        shown = _run(project, "plan", "--format", fmt).stdout
+        assert "time_to_live forever -> 90d" in shown and "7776000" not in shown
+        assert "only the declaration is added" in shown  # add_defined_columns' reason
+        assert "(records kept 12h)" in shown

@@ -174,3 +174,28 @@ def test_the_table_quota_counts_what_is_live(tmp_path: Path):
     assert "step 20 (create table t19 (pk STRING)) would make 65 tables and index tables" in result.stderr
     assert "app_models.T19 (table 't19')" in result.stderr  # names the table
     assert "[instance.table-quota]" in result.stderr
+
+
+def test_ap501_fix_proposes_a_key_reorder_only_where_the_table_may_not_exist(tmp_path: Path):
+    """A key cannot change in place: plan on an existing table proposes an index, plan before
+    the table exists a reordered key, and lint (no instance) says which applies when."""
+    served = TIME_FIRST.replace('    by_device = AccessPattern(eq=["device_id"])\n', "")
+    project = _project(tmp_path, TIME_FIRST)
+    before = json.loads(_run(project, "plan", "--format", "json").stdout)
+    [finding] = [f for f in before["lint"] if f["code"] == "TS-AP501"]
+    assert finding["fix"] == ("table events does not exist yet: declare its primary key in the "
+                              "order (device_id, ts), which serves every declared pattern")
+    linted = _run(project, "lint", "--format", "json")
+    [finding] = [f for f in json.loads(linted.stdout) if f["code"] == "TS-AP501"]
+    assert finding["fix"].startswith("if table events is not created yet, declare its primary key")
+    assert "once it exists its key cannot change, so add GlobalIndex(keys=['device_id'])" in finding["fix"]
+
+    _project(project, served)
+    assert _run(project, "apply", "--yes").returncode == 0
+    _project(project, TIME_FIRST)
+    for fmt in ("text", "markdown"):
+        shown = _run(project, "plan", "--format", fmt).stdout
+        assert "TS-AP501" in shown and "does not exist yet" not in shown
+    existing = json.loads(_run(project, "plan", "--format", "json").stdout)
+    [finding] = [f for f in existing["lint"] if f["code"] == "TS-AP501"]
+    assert finding["fix"] == "add GlobalIndex(keys=['device_id'])"

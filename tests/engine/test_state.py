@@ -7,6 +7,7 @@ Through the local server and the SDK; CLI tests run the command against the sess
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -127,14 +128,14 @@ def test_cli_apply_waits_for_the_lock_with_lock_timeout(tmp_path: Path, ots_inst
     assert at_once.returncode == 1
     assert "busy0001" in at_once.stderr and "--lock-timeout" in at_once.stderr
     short = run(proj, "apply", "--yes", "--lock-timeout", "1", *target, extra_env=CREDENTIALS)
-    assert short.returncode == 1 and "waited 1 s" in short.stderr
+    assert short.returncode == 1 and "waited 1s" in short.stderr
     waiter = subprocess.Popen(
         [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--lock-timeout", "120", *target],
         cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(CREDENTIALS),
     )
     try:
         line = waiter.stderr.readline()
-        assert "waiting up to 120 s for the apply lock held by busy0001" in line
+        assert "waiting up to 2m for the apply lock held by busy0001" in line
         holder.release()
         out, err = waiter.communicate(timeout=120)
         assert waiter.returncode == 0, line + err
@@ -220,6 +221,7 @@ def test_cli_kill_during_an_index_build_then_rerun(tmp_path: Path, ots_instance,
             line = victim.stderr.readline()
             assert line, "apply ended without waiting for the index build"
         assert "t0: search index search to finish building (full sync)" in line
+        assert re.search(r"\(full sync\) \(\d+[smhd]\)$", line.strip()), line  # durations as 42s
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
     finally:

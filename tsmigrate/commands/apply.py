@@ -25,6 +25,7 @@ from tsmigrate.commands.common import (
     with_target,
 )
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.render import duration
 
 
 class _Bar:
@@ -137,7 +138,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False, err=as_json)
 
     def on_lock_wait(holder) -> None:
-        err_console.print(f"waiting up to {lock_timeout:.0f} s for the apply lock held by "
+        err_console.print(f"waiting up to {duration(round(lock_timeout))} for the apply lock held by "
                           f"{holder.describe()}", markup=False)
 
     bar = _Bar()
@@ -212,8 +213,8 @@ class SettleReport:
         self._next_line: dict[str, float] = {}
 
     def __call__(self, step, what: str, elapsed_s: float) -> None:
-        self.bar.update(self.task, description=f"waiting for {what} ({elapsed_s:.0f} s)"[:80])
+        self.bar.update(self.task, description=f"waiting for {what} ({duration(round(elapsed_s))})"[:80])
         due = self._next_line.setdefault(step.summary(), 0.0)
         if elapsed_s >= due:
-            self.console.print(f"  waiting for {what} ({elapsed_s:.0f} s)", markup=False)
+            self.console.print(f"  waiting for {what} ({duration(round(elapsed_s))})", markup=False)
             self._next_line[step.summary()] = due + self.every_s

@@ -10,7 +10,7 @@ import click
 from tsmigrate.commands.common import err_console, project_option, reports_errors, with_target
 
 
-@click.command()
+@click.command(short_help="Load an archive of a retired month table back into the target.")
 @click.argument("source")
 @project_option
 @with_target

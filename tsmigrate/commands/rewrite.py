@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from tsmigrate.commands.common import connected, err_console, project_option, reports_errors, with_target
+from tsmigrate.commands.group import Group
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -25,7 +26,7 @@ def _rewrite_of(client: Any, table: str) -> Any:
     return rewrite
 
 
-@click.group()
+@click.group(cls=Group)
 def rewrite() -> None:
     """Watch and steer key-changing rewrites (started by apply)."""
 

@@ -118,21 +118,9 @@ def routes(table: Table, pattern: AccessPattern) -> list[Route]:
     return found
 
 
-def _cheapest_fix(context: Context, table: Table, pattern: AccessPattern) -> str:
-    wanted = [*pattern.eq, *([pattern.range or _order_column(pattern)] if (pattern.range or
-                                                                           pattern.order_by) else [])]
-    wanted = list(dict.fromkeys(c for c in wanted if c))
+def _index_fix(table: Table, pattern: AccessPattern, wanted: list[str]) -> str:
+    """An index that serves ``pattern``: a global index when its columns can key one."""
     pk_names = list(table.primary_key_names)
-    is_new = context.live is None or context.live.table(table.name) is None
-    if is_new and wanted and set(wanted) <= set(pk_names):
-        reordered = [*wanted, *(n for n in pk_names if n not in wanted)]
-        by_name = {c.name: c for c in table.primary_key}
-        candidate = attrs.evolve(table, primary_key=[by_name[n] for n in reordered])
-        if all(routes(candidate, p) for p in table.access_patterns):
-            return (
-                f"the table does not exist yet: declare its primary key in the order "
-                f"({', '.join(reordered)}), which serves every declared pattern"
-            )
     keyable = [c for c in wanted if table.column_type(c) in INDEX_KEY_TYPES]
     if wanted and len(keyable) == len(wanted) and len(wanted) <= 4:
         defined = {d.name for d in table.defined_columns}
@@ -145,6 +133,29 @@ def _cheapest_fix(context: Context, table: Table, pattern: AccessPattern) -> str
     order = _order_column(pattern)
     sort = f" with {order!r} sortable (sort=True)" if order else ""
     return f"add a SearchIndex over {fields or [order]!r}{sort}"
+
+
+def _cheapest_fix(context: Context, table: Table, pattern: AccessPattern) -> str:
+    """Reordering the key is cheapest, but only for a table not created yet (a key never
+    changes in place); without a live instance (``tsmigrate lint``) that is not known."""
+    wanted = [*pattern.eq, *([pattern.range or _order_column(pattern)] if (pattern.range or
+                                                                           pattern.order_by) else [])]
+    wanted = list(dict.fromkeys(c for c in wanted if c))
+    index_fix = _index_fix(table, pattern, wanted)
+    pk_names = list(table.primary_key_names)
+    exists = None if context.live is None else context.live.table(table.name) is not None
+    if not exists and wanted and set(wanted) <= set(pk_names):
+        reordered = [*wanted, *(n for n in pk_names if n not in wanted)]
+        by_name = {c.name: c for c in table.primary_key}
+        candidate = attrs.evolve(table, primary_key=[by_name[n] for n in reordered])
+        if all(routes(candidate, p) for p in table.access_patterns):
+            order = f"declare its primary key in the order ({', '.join(reordered)}), which " \
+                    "serves every declared pattern"
+            if exists is None:
+                return (f"if table {table.name} is not created yet, {order}; once it exists its "
+                        f"key cannot change, so {index_fix}")
+            return f"table {table.name} does not exist yet: {order}"
+    return index_fix
 
 
 @rule("TS-AP501", ERROR, "access pattern not servable")

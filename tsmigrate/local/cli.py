@@ -19,7 +19,8 @@ def local() -> None:
     """Run a local, Tablestore-compatible server."""
 
 
-@local.command()
+# short_help: the group lists the first sentence whole (click would cut this one mid-sentence).
+@local.command(short_help="Serve the Tablestore wire protocol until SIGINT/SIGTERM.")
 @click.option(
     "--host",
     default="127.0.0.1",
