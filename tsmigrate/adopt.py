@@ -218,12 +218,16 @@ def table_source(table: Table) -> str:
     )
 
 
+MODULE_NAME_MAX = 100
+
+
 def _module_names(catalog: Catalog) -> dict[str, str]:
-    """Table name -> module name: lower case, unique, never a keyword or ``__init__``."""
+    """Table name -> module name: lower case, unique, never a keyword or ``__init__``, and short
+    enough for a file name (a table name may have 255 characters)."""
     names: dict[str, str] = {}
     used: set[str] = set()
     for table in catalog.tables:
-        module = table.name.lower()
+        module = table.name.lower()[:MODULE_NAME_MAX]
         if keyword.iskeyword(module) or module.startswith("__"):
             module = f"t_{module.strip('_')}"
         while module in used:

@@ -143,11 +143,14 @@ def test_a_file_in_the_way_of_the_package_or_no_tables_is_an_error(tmp_path):
 
 
 def test_module_names_never_collide_nor_replace_the_package(tmp_path):
-    catalog = Catalog([_table("Orders"), _table("orders"), _table("__init__"), _table("class")])
+    long = "t" * 255  # the longest table name: its module name must fit a file name
+    catalog = Catalog([_table("Orders"), _table("orders"), _table("__init__"), _table("class"),
+                       _table(long), _table(long[:-1] + "u")])
     sources = model_sources(catalog)
-    assert len(sources) == 4 and "__init__" not in sources and "class" not in sources
+    assert len(sources) == 6 and "__init__" not in sources and "class" not in sources
+    assert all(len(name) <= 101 for name in sources)
     written = write_models(catalog, tmp_path / "adopted")
-    assert len(written) == 4
+    assert len(written) == 6
     assert '"""Models adopted' in (tmp_path / "adopted" / "__init__.py").read_text()
 
 
