@@ -88,6 +88,28 @@ def test_one_runner_at_a_time_and_pause_interrupts_it(ots_client):
     assert machine.Runner(ots_client, "events_v2").rewrite.resume_to == machine.PREPARE
 
 
+def test_a_pause_landing_between_the_runners_read_and_write_interrupts_it(ots_client, monkeypatch):
+    """The race a running backfill meets: the runner reads its row, `rewrite pause` writes, then
+    the runner's compare-and-swap fails. It must read again and stop as paused, not fail."""
+    _started(ots_client)
+    runner = machine.Runner(ots_client, "events_v2")
+    runner.save(phase=machine.BACKFILL)
+    read = machine.refresh
+    paused = []
+
+    def read_then_pause(client, rewrite):
+        current = read(client, rewrite)
+        if not paused:
+            paused.append(machine.request(ots_client, "events_v2", machine.PAUSED))
+        return current
+
+    monkeypatch.setattr(machine, "refresh", read_then_pause)
+    with pytest.raises(machine.Interrupted, match="paused"):
+        runner.save(note="a checkpoint")
+    assert paused and machine.load(ots_client, "events_v2").phase == machine.PAUSED
+    assert machine.load(ots_client, "events_v2").resume_to == machine.BACKFILL
+
+
 def test_a_heartbeat_renews_the_lease_while_a_long_step_saves_nothing(ots_client):
     import time
 

@@ -279,6 +279,9 @@ def _holder_alive(holder: str) -> bool:
     return True
 
 
+SAVE_ATTEMPTS = 5  # a runner's save lost to another command's write is read and tried again
+
+
 class Runner:
     """Holds the rewrite's lease while a process drives it (apply, follow, finish, abort)."""
 
@@ -309,17 +312,24 @@ class Runner:
 
     def _save(self, phase: str | None, changes: dict[str, Any]) -> Rewrite:
         changes["runner"] = {"owner": self.owner, "expires_ms": now_ms() + LEASE_S * 1000}
-        current = refresh(self.client, self.rewrite)
-        if (current.get("runner") or {}).get("owner") != self.owner:
-            raise RewriteConflict(f"the rewrite into {self.target} was taken over by another process")
-        if current.phase in (PAUSED, ABORTED) and current.phase != self.rewrite.phase:
-            self.rewrite = current
-            raise Interrupted(
-                f"the rewrite into {self.target} was {current.phase} by another command; "
-                + ("tsmigrate rewrite resume continues it" if current.phase == PAUSED else "")
-            )
-        self.rewrite = save(self.client, current, phase=phase, **changes)
-        return self.rewrite
+        for _attempt in range(SAVE_ATTEMPTS):
+            current = refresh(self.client, self.rewrite)
+            if (current.get("runner") or {}).get("owner") != self.owner:
+                raise RewriteConflict(
+                    f"the rewrite into {self.target} was taken over by another process")
+            if current.phase in (PAUSED, ABORTED) and current.phase != self.rewrite.phase:
+                self.rewrite = current
+                raise Interrupted(
+                    f"the rewrite into {self.target} was {current.phase} by another command; "
+                    + ("tsmigrate rewrite resume continues it" if current.phase == PAUSED else "")
+                )
+            try:
+                self.rewrite = save(self.client, current, phase=phase, **changes)
+                return self.rewrite
+            except RewriteConflict:
+                continue  # a pause or abort landed between our read and write: read it again
+        raise RewriteConflict(
+            f"the rewrite into {self.target} kept changing under its runner; try again")
 
     def release(self) -> None:
         try:
