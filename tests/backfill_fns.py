@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import time
+
+# The kill -9 test's run stalls on this row (its n) until it is killed, so the kill always lands
+# mid-job, however slow or fast the machine is.
+HANG_AT = os.environ.get("BACKFILL_FNS_HANG_AT")
+
 
 def fill_region(row: dict) -> dict:
     """region from the payload ("eu:..." -> "eu"), and the scratch column removed."""
+    if HANG_AT is not None and row["n"] == int(HANG_AT):
+        time.sleep(600)
     return {"region": row["payload"].split(":", 1)[0], "scratch": None}
 
 
