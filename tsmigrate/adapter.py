@@ -342,6 +342,21 @@ def ir_table(describe: Any, search_indexes: list[SearchIndex]) -> Table:
 # --- inspection ----------------------------------------------------------------------------------
 
 
+def is_reindex_canary(index_name: str, describe: Any) -> bool:
+    """Whether a search index is the rebuild of another in a reindex (``<name>_reindex``, its
+    brother ``<name>``): a passing stage of that index's schema change, not an index of the
+    schema (the reindex's checkpoint in tsmigrate's state tracks it)."""
+    return (index_name.endswith("_reindex")
+            and describe.brother_index_name == index_name[: -len("_reindex")])
+
+
+def search_schema_bytes(client: ts.OTSClient, table: str, index: SearchIndex) -> bytes:
+    """The ``IndexSchema`` message of ``index`` as the SDK encodes it for CreateSearchIndex."""
+    request = client.protocol.encoder._encode_create_search_index(
+        table, index.name, sdk_search_index(index))
+    return request.schema.SerializeToString()  # type: ignore[no-any-return]
+
+
 def inspect_table(client: ts.OTSClient, name: str) -> Table:
     return _describe(client, name)[0]
 
@@ -353,6 +368,8 @@ def _describe(client: ts.OTSClient, name: str) -> tuple[Table, list[str]]:
     search, building = [], []
     for _table, index_name in client.list_search_index(name):
         response = RawClient(client).describe_search_index(name, index_name)
+        if is_reindex_canary(index_name, response):
+            continue
         meta = client.protocol.decoder._parse_index_meta(response.schema)
         meta.time_to_live = response.time_to_live
         search.append(ir_search_index(index_name, meta, response.schema))

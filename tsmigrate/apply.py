@@ -8,6 +8,10 @@
 - Nothing destructive runs without ``allow_destructive``.
 - A ``rewrite_table`` step runs the rewrite engine (``tsmigrate.rewrite``) to ``ready``; a rewrite
   a crash left unfinished is continued from its state, not planned again.
+- A ``reindex_search_index`` step runs the reindex flow (``tsmigrate.reindex``) stage by stage
+  from its checkpoint: a rerun plans the same step while the index has its old schema and resumes
+  at the stage reached; a reindex killed after its switch (the plan shows nothing then) is
+  finished after the plan's steps.
 - Every step is recorded in the history, executed, then waited on until the live table looks as
   the plan predicted; a crash leaves a state that the next apply plans from.
 """
@@ -89,6 +93,7 @@ class Outcome:
     note: str = ""
     rewrites: tuple[Any, ...] = ()  # the rewrites this apply took to ready (machine.Rewrite)
     findings: tuple[Finding, ...] = ()  # lint of the plan (with a lint configuration)
+    reindexes: tuple[Any, ...] = ()  # the reindexes this apply finished (reindex.Checkpoint)
 
 
 Progress = Callable[[int, int, ops.Step], None]
@@ -152,8 +157,11 @@ def apply(
     waiting: Waiting | None = None,
     lint_config: LintConfig | None = None,
     show: Callable[[Plan, Sequence[Finding]], None] | None = None,
+    reindex_settings: Any = None,
 ) -> Outcome:
-    """``now``: the time table families plan their months for (default: the current time).
+    """``reindex_settings``: how reindex steps run (reindex.flow.ReindexSettings: traffic
+    weights, progress report). ``now``: the time table families plan their months for
+    (default: the current time).
     ``lock_timeout_s``: how long to wait for a lock another apply holds (``on_lock_wait`` is
     told who holds it); ``waiting(step, what, elapsed_s)`` is called while a step waits to
     settle (an index build)."""
@@ -179,6 +187,7 @@ def apply(
                 client, models, state, lease, note, document=document, prune=prune, now=now,
                 allow_destructive=allow_destructive, confirm=confirm, progress=progress,
                 settings=settings, waiting=waiting, lint_config=lint_config, show=show,
+                reindex_settings=reindex_settings,
             )
     finally:
         state.release()
@@ -190,12 +199,16 @@ def _apply_locked(
     confirm: Callable[[Plan], bool], progress: Progress | None, settings: Any,
     waiting: Waiting | None, lint_config: LintConfig | None = None,
     show: Callable[[Plan, Sequence[Finding]], None] | None = None,
+    reindex_settings: Any = None,
 ) -> Outcome:
     """With ``lint_config`` the plan is linted first and apply refuses when a finding is an
     error, except findings on a destructive step that ``allow_destructive`` acknowledges.
     ``show`` sees the plan and its findings before ``confirm`` is asked."""
+    from tsmigrate.reindex import flow
     from tsmigrate.rewrite import planned
 
+    reindexing = reindex_settings or flow.ReindexSettings()
+    declared = {t.name: t for t in models.tables}
     interrupted = state.mark_interrupted()
     if interrupted:
         listed = "; ".join(f"{h['summary']} ({h['owner']})" for h in interrupted)
@@ -231,8 +244,8 @@ def _apply_locked(
         raise ApplyRefused(
             f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
         )
-    unsupported = [s for s in plan.steps
-                   if not adapter.can_execute(s) and not isinstance(s, ops.RewriteTable)]
+    unsupported = [s for s in plan.steps if not adapter.can_execute(s)
+                   and not isinstance(s, (ops.RewriteTable, ops.ReindexSearchIndex))]
     if unsupported:
         raise ApplyRefused(
             f"{unsupported[0].summary()} needs an API this version cannot call yet; "
@@ -242,9 +255,10 @@ def _apply_locked(
     continued = planned.pending(client, live, models, ahead)
     dropped = {s.table for s in plan.steps if isinstance(s, ops.DropTable)}
     if not plan.steps:
+        finished = flow.continue_unfinished(client, declared, reindexing, lease.check)
         state.save_catalog(recorded_catalog(models, live), left=physical(live))
         ready = tuple(planned.run(client, r.target, settings) for r in continued)
-        return Outcome(plan, 0, note, ready, tuple(findings))
+        return Outcome(plan, 0, note, ready, tuple(findings), reindexes=tuple(finished))
     if not confirm(plan):
         raise ApplyRefused("apply cancelled; nothing was changed")
     # The models' key derivations are recorded before the first step, so inspection shows every
@@ -252,6 +266,7 @@ def _apply_locked(
     state.save_catalog(recorded_catalog(models, live), left=physical(live))
     predicted = physical(live)
     ready = []
+    reindexed = []
     started = completed = 0
     try:
         for number, step in enumerate(plan.steps, 1):
@@ -268,7 +283,13 @@ def _apply_locked(
                         ready.append(planned.run(client, step.table, settings))
                     else:
                         predicted = ops.transform(predicted, step)
-                        adapter.execute(client, step, predicted.table(step.table))
+                        if isinstance(step, ops.ReindexSearchIndex):
+                            # A family's month is not a declared table: it has no patterns.
+                            table = declared.get(step.table) or live.table(step.table)
+                            reindexed.append(flow.start(client, table, step, reindexing,
+                                                        lease.check))
+                        else:
+                            adapter.execute(client, step, predicted.table(step.table))
 
                         def settling(what: str, elapsed_s: float, step: ops.Step = step) -> None:
                             lease.check()  # taken over meanwhile: stop here
@@ -295,7 +316,9 @@ def _apply_locked(
                 state.record(plan.steps[current - 1], "interrupted", plan_id=plan_id,
                              error="interrupted (Ctrl-C)")
         raise ApplyInterrupted(plan, current, "interrupted (Ctrl-C)", interrupted=True) from None
+    reindexed += flow.continue_unfinished(client, declared, reindexing, lease.check)
     ready += [planned.run(client, r.target, settings) for r in continued]
     lease.check()
     state.save_catalog(recorded_catalog(models, live, dropped), left=_left_by(live, plan))
-    return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings))
+    return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings),
+                   reindexes=tuple(reindexed))

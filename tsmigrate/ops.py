@@ -3,7 +3,8 @@
 Each step knows its risk and says why in one sentence:
 
 - ``safe``: no data is lost and nothing a service reads disappears;
-- ``data-copy``: rows are copied into a new table (a rewrite);
+- ``data-copy``: rows are copied into a new table (a rewrite) or indexed again into a new search
+  index (a reindex) while the old one keeps serving;
 - ``destructive``: data, versions or an access path are lost, or stream records are dropped.
 """
 
@@ -18,7 +19,9 @@ from tsmigrate.render import duration
 from tsmigrate.schema import (
     Catalog,
     DefinedColumn,
+    IndexSorter,
     ReservedThroughput,
+    SearchField,
     SearchIndex,
     SecondaryIndex,
     StreamSpec,
@@ -319,6 +322,8 @@ class DropSearchIndex(Step):
 
     index: SearchIndex
     replaced: bool = False
+    # Why a changed index cannot be reindexed, when ``replaced``.
+    why: str = ""
 
     @property
     def risk(self) -> str:
@@ -327,14 +332,85 @@ class DropSearchIndex(Step):
     @property
     def reason(self) -> str:
         if self.replaced:
+            because = f" because {self.why}" if self.why else ""
             return (
-                f"search index {self.index.name} changed in a way that needs a rebuild: it is "
-                "dropped and created again, and searches on it fail until it has synced"
+                f"search index {self.index.name} cannot be reindexed{because}: it is dropped and "
+                "created again, and searches on it fail until the new one has synced every row"
             )
         return f"searches on {self.index.name} fail once it is gone"
 
     def summary(self) -> str:
         return f"drop search index {self.index.name} of {self.table}"
+
+
+def _sort_text(sorters: tuple[IndexSorter, ...]) -> str:
+    if not sorters:
+        return "the primary key (the default)"
+    return ", ".join(f"{'-' if s.order == 'DESC' else ''}{s.field or 'pk'}"
+                     f"{':' + s.mode.lower() if s.mode else ''}" for s in sorters)
+
+
+_FIELD_ATTRIBUTES = ("type", "index", "sort_and_agg", "store", "is_array", "analyzer",
+                     "analyzer_parameters", "date_formats", "vector_dimension", "vector_metric")
+
+
+def _field_change(old: SearchField, new: SearchField) -> str:
+    parts = []
+    for name in _FIELD_ATTRIBUTES:
+        a, b = getattr(old, name), getattr(new, name)
+        if a != b:
+            parts.append(f"{a} -> {b}" if name == "type" else f"{name} {a!r} -> {b!r}")
+    if old.sub_fields != new.sub_fields:
+        parts.append("its sub-fields change")
+    return f"field {new.name}: {', '.join(parts)}"
+
+
+def search_index_changes(before: SearchIndex, after: SearchIndex) -> list[str]:
+    """What differs between two schemas of a search index, one phrase per change (TTL aside)."""
+    old, new = {f.name: f for f in before.fields}, {f.name: f for f in after.fields}
+    changes = [f"field {n} added ({new[n].type.lower()})" for n in new if n not in old]
+    changes += [f"field {n} removed" for n in old if n not in new]
+    changes += [_field_change(old[n], new[n]) for n in new if n in old and old[n] != new[n]]
+    if before.routing_fields != after.routing_fields:
+        changes.append(f"routing ({', '.join(before.routing_fields)}) -> "
+                       f"({', '.join(after.routing_fields)})")
+    if before.index_sort != after.index_sort:
+        changes.append(f"presort {_sort_text(before.index_sort)} -> {_sort_text(after.index_sort)}")
+    return changes
+
+
+@attrs.frozen
+class ReindexSearchIndex(Step):
+    """A changed search index rebuilt beside the old one (``<name>_reindex``, from the old
+    index), then switched in under the old name: Tablestore's dynamic schema modification."""
+
+    kind = "reindex_search_index"
+    symbol = "~"
+
+    before: SearchIndex
+    index: SearchIndex
+
+    @property
+    def risk(self) -> str:
+        return DATA_COPY
+
+    @property
+    def changes(self) -> list[str]:
+        return search_index_changes(self.before, self.index)
+
+    @property
+    def reason(self) -> str:
+        name = self.index.name
+        return (
+            f"{'; '.join(self.changes)}. The table's rows are indexed again into {name}_reindex "
+            f"with the new schema while {name} keeps serving searches with the old one; once it "
+            "has caught up and answers the access patterns alike, the two are switched, so "
+            f"{name} serves the new schema under its own name, and the old schema is dropped. "
+            "Searches never lose the index"
+        )
+
+    def summary(self) -> str:
+        return f"reindex search index {self.index.name} of {self.table}"
 
 
 @attrs.frozen
@@ -445,7 +521,7 @@ STEP_TYPES: dict[str, type[Step]] = {
     for cls in (
         CreateTable, DropTable, UpdateOptions, UpdateThroughput, AddDefinedColumns,
         DeleteDefinedColumns, CreateIndex, DropIndex, CreateSearchIndex, DropSearchIndex,
-        UpdateSearchIndexTTL, UpdateStream, RewriteTable,
+        ReindexSearchIndex, UpdateSearchIndexTTL, UpdateStream, RewriteTable,
     )
 }
 
@@ -479,6 +555,9 @@ _TRANSFORMS: dict[type[Step], Callable[[Any, Table], Table]] = {
     CreateSearchIndex: lambda s, t: attrs.evolve(t, search_indexes=(*t.search_indexes, s.index)),
     DropSearchIndex: lambda s, t: attrs.evolve(
         t, search_indexes=_without(t.search_indexes, {s.index.name})
+    ),
+    ReindexSearchIndex: lambda s, t: attrs.evolve(
+        t, search_indexes=(*_without(t.search_indexes, {s.index.name}), s.index)
     ),
     UpdateSearchIndexTTL: lambda s, t: attrs.evolve(
         t,

@@ -4,6 +4,11 @@ Only what Tablestore stores is compared: declared-only parts of the IR (attribut
 patterns, where a model lives) never make a step. A key derivation is compared only when the live
 side knows one (tsmigrate records the catalog it applied), since the service itself cannot tell.
 
+A changed search-index schema is reindexed (``reindex_search_index``: rebuilt beside the old
+index, then switched in under its name, so searches never lose it) unless the service cannot do
+that for it (``reindex_blocker``); then it is dropped and created again, flagged destructive
+with the reason. A TTL change alone stays an in-place update.
+
 Order within a table follows the service's prerequisites: search indexes and secondary indexes
 are dropped before the columns and options they depend on change, and created after; a search
 index TTL changes while the table holds the longer of its old and new TTLs.
@@ -173,6 +178,21 @@ def _search_signature(index: SearchIndex) -> SearchIndex:
     return attrs.evolve(index, time_to_live=-1)
 
 
+MAX_SEARCH_INDEX_NAME = 255  # the service's name rule: [A-Za-z_][A-Za-z0-9_]{0,254}
+
+
+def reindex_blocker(table: Table, live: Table, index: SearchIndex) -> str | None:
+    """Why the service cannot reindex ``index`` of ``table`` (None: it can). The rebuild is an
+    index named ``<name>_reindex``, which must be a valid, free index name."""
+    canary = index.name + "_reindex"
+    if len(canary) > MAX_SEARCH_INDEX_NAME:
+        return (f"its reindex index {canary[:40]}... would be longer than the "
+                f"{MAX_SEARCH_INDEX_NAME} characters an index name may have")
+    if any(i.name == canary for i in (*table.search_indexes, *live.search_indexes)):
+        return f"the table has or declares another search index named {canary}, the name a reindex needs"
+    return None
+
+
 def _table_steps(live: Table, target: Table) -> list[ops.Step]:
     name = target.name
     early: list[ops.Step] = []  # drops, before options and columns change
@@ -187,8 +207,17 @@ def _table_steps(live: Table, target: Table) -> list[ops.Step]:
         if new is None:
             early.append(ops.DropSearchIndex(name, old))
         elif _search_signature(old) != _search_signature(new):
-            early.append(ops.DropSearchIndex(name, old, replaced=True))
-            late.append(ops.CreateSearchIndex(name, new))
+            blocker = reindex_blocker(target, live, new)
+            if blocker is not None:
+                early.append(ops.DropSearchIndex(name, old, replaced=True, why=blocker))
+                late.append(ops.CreateSearchIndex(name, new))
+                continue
+            # A TTL change goes in place first (ordered with the table's TTL), then the rebuild.
+            if old.time_to_live != new.time_to_live:
+                search_ttls.append(ops.UpdateSearchIndexTTL(name, index_name, old.time_to_live,
+                                                            new.time_to_live))
+            late.append(ops.ReindexSearchIndex(
+                name, attrs.evolve(old, time_to_live=new.time_to_live), new))
         elif old.time_to_live != new.time_to_live:
             step = ops.UpdateSearchIndexTTL(name, index_name, old.time_to_live, new.time_to_live)
             search_ttls.append(step)

@@ -253,9 +253,7 @@ def _plain(value: Any) -> Any:
 def table_to_dict(table: Table) -> dict[str, Any]:
     data = _plain(table)
     data["lint_ignore"] = dict(table.lint_ignore)
-    for index in data["search_indexes"]:
-        for field in index["fields"]:
-            _field_params_to_dict(field)
+    data["search_indexes"] = [search_index_to_dict(i) for i in table.search_indexes]
     return data
 
 
@@ -278,6 +276,23 @@ def _search_field(data: Mapping[str, Any]) -> SearchField:
     return SearchField(**fields)
 
 
+def search_index_to_dict(index: SearchIndex) -> dict[str, Any]:
+    data = _plain(index)
+    for field in data["fields"]:
+        _field_params_to_dict(field)
+    return data  # type: ignore[no-any-return]
+
+
+def search_index_from_dict(data: Mapping[str, Any]) -> SearchIndex:
+    return SearchIndex(
+        name=data["name"],
+        fields=[_search_field(f) for f in data["fields"]],
+        routing_fields=data.get("routing_fields", ()),
+        index_sort=[IndexSorter(**o) for o in data.get("index_sort", ())],
+        time_to_live=data.get("time_to_live", NO_TTL),
+    )
+
+
 def table_from_dict(data: Mapping[str, Any]) -> Table:
     d = dict(data)
     return Table(
@@ -295,16 +310,7 @@ def table_from_dict(data: Mapping[str, Any]) -> Table:
         options=TableOptions(**d.get("options", {})),
         throughput=ReservedThroughput(**d.get("throughput", {})),
         secondary_indexes=[SecondaryIndex(**i) for i in d.get("secondary_indexes", ())],
-        search_indexes=[
-            SearchIndex(
-                name=s["name"],
-                fields=[_search_field(f) for f in s["fields"]],
-                routing_fields=s.get("routing_fields", ()),
-                index_sort=[IndexSorter(**o) for o in s.get("index_sort", ())],
-                time_to_live=s.get("time_to_live", NO_TTL),
-            )
-            for s in d.get("search_indexes", ())
-        ],
+        search_indexes=[search_index_from_dict(s) for s in d.get("search_indexes", ())],
         stream=StreamSpec(**d.get("stream", {})),
         attributes=[AttributeColumn(**c) for c in d.get("attributes", ())],
         access_patterns=[AccessPattern(**p) for p in d.get("access_patterns", ())],

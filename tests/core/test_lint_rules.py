@@ -334,15 +334,18 @@ def test_ix_mapping_is_explicit_and_leaves_names_to_validation():
 
 
 def test_ix403_search_index_rebuilt_instead_of_reindexed():
-    live = Catalog([events()])
+    taken = SearchIndex("events_search_reindex", [SearchField("score", "LONG")], time_to_live=30 * DAY)
+    live = Catalog([events(search_indexes=[*events().search_indexes, taken])])
     changed = SearchIndex("events_search", [SearchField("score", "LONG", sort_and_agg=True),
                                             SearchField("user", "KEYWORD")], time_to_live=30 * DAY)
-    target = Catalog([events(search_indexes=[changed])])
+    target = Catalog([events(search_indexes=[changed, taken])])
     [finding] = planned("TS-IX403", live, target)
     assert finding.severity == "warning"
     assert step_kind(live, target, finding) == "drop_search_index"
-    assert "events_search_reindex" in finding.fix
-    assert "switch_search_index" in finding.fix
+    assert "another search index named events_search_reindex" in finding.message
+    assert "free the name events_search_reindex" in finding.fix
+    # Reindexable: no finding, the plan reindexes.
+    assert planned("TS-IX403", Catalog([events()]), Catalog([events(search_indexes=[changed])])) == []
 
 
 def test_ix403_not_for_a_plain_drop_or_a_ttl_change():

@@ -116,14 +116,15 @@ def test_index_dropped_before_its_column_and_created_after_new_column():
     assert kinds.index("add_defined_columns") < kinds.index("create_index")
 
 
-def test_search_index_schema_change_is_replace():
+def test_search_index_schema_change_is_a_reindex():
     live = Catalog([events()])
     target = Catalog([events(search_indexes=[
         SearchIndex("events_search", [SearchField("score", "LONG")], time_to_live=30 * DAY)
     ])])
     plan = make_plan(live, target)
-    assert _kinds(plan) == ["drop_search_index", "create_search_index"]
-    assert plan.steps[0].replaced
+    assert _kinds(plan) == ["reindex_search_index"]
+    assert plan.steps[0].risk == ops.DATA_COPY
+    assert plan.steps[0].changes == ["field score: sort_and_agg True -> False"]
 
 
 def test_throughput_and_stream():

@@ -451,3 +451,72 @@ def test_parallel_scan_ends_with_an_empty_page_and_the_service_errors(ots_client
     assert (e.code, e.message) == ("OTSParameterInvalid", "[search index splits options] must not be null")
     e = error_of(ots_client.compute_splits, "t", "not_exist")
     assert (e.code, e.message) == ("OTSMetaNotMatch", "search index [not_exist] does not exist")
+
+
+def reindex_request(index: str, source: str = "idx") -> Any:
+    request = sp.CreateSearchIndexRequest(table_name="t", index_name=index, source_index_name=source)
+    request.schema.field_schemas.add(field_name="k", field_type=spb.KEYWORD)
+    request.schema.field_schemas.add(field_name="n", field_type=spb.LONG)
+    request.schema.field_schemas.add(field_name="extra", field_type=spb.KEYWORD)
+    return request
+
+
+def test_a_reindex_builds_from_the_rows_then_follows_writes(ots_instance: LocalTablestore,
+                                                            ots_server_options: ServerOptions) -> None:
+    """In FULL the reindex holds the first rows in key order, in proportion to the time elapsed,
+    and DescribeSearchIndex counts them; in INCR it holds every row, new writes included."""
+    ots, client = ots_instance, ots_instance.client()
+    make_table(client)
+    fill(client, count=20)
+    client.create_search_index("t", "idx", SearchIndexMeta(fields()))
+    ots_server_options.search_full_sync_s = 1000  # long enough that real time moves nothing
+    ots.server.clock_offset += 2000  # the source is past its own FULL phase
+    ok(ots, "CreateSearchIndex", reindex_request("idx_reindex"))
+
+    everything = SearchQuery(MatchAllQuery(), limit=100, get_total_count=True)
+    canary = describe(ots, "idx_reindex")
+    assert (canary.sync_stat.sync_phase, canary.metering_info.row_count) == (spb.FULL, 0)
+    assert client.search("t", "idx_reindex", everything).total_count == 0
+    ots.server.clock_offset += 250  # a quarter of the full sync
+    assert describe(ots, "idx_reindex").metering_info.row_count == 5
+    assert uids(client.search("t", "idx_reindex", everything).rows) == [0, 1, 2, 3, 4]
+    assert client.search("t", "idx", everything).total_count == 20  # the source is whole
+
+    ots.server.clock_offset += 800  # the full sync is over
+    canary = describe(ots, "idx_reindex")
+    assert canary.sync_stat.sync_phase == spb.INCR
+    assert canary.metering_info.row_count == describe(ots, "idx").metering_info.row_count == 20
+    client.put_row("t", Row([("gid", "g"), ("uid", 99)], [("k", "new"), ("extra", "x")]))
+    assert uids(client.search("t", "idx_reindex", SearchQuery(TermQuery("extra", "x"))).rows) == [99]
+    client.delete_row("t", Row([("gid", "g"), ("uid", 0)]), None)
+    assert client.search("t", "idx_reindex", everything).total_count == 20
+    now_ns = (time.time() + ots.server.clock_offset) * 1e9
+    assert abs(describe(ots, "idx_reindex").sync_stat.current_sync_timestamp - now_ns) < 60e9
+
+
+def test_at_most_five_rebuilds_at_once(ots_instance: LocalTablestore,
+                                       ots_server_options: ServerOptions) -> None:
+    """'You can rebuild up to five indexes at the same time': a sixth reindex waits until one of
+    them caught up (left FULL) or switched."""
+    ots, client = ots_instance, ots_instance.client()
+    make_table(client)
+    for i in range(6):
+        client.create_search_index("t", f"idx{i}", SearchIndexMeta(fields()))
+    ots_server_options.search_full_sync_s = 100
+    ots.server.clock_offset += 200
+    for i in range(5):
+        ok(ots, "CreateSearchIndex", reindex_request(f"idx{i}_reindex", f"idx{i}"))
+    status, body = raw(ots, "CreateSearchIndex", reindex_request("idx5_reindex", "idx5"))
+    error = pb.Error.FromString(body)
+    assert (status, error.code) == (403, "OTSQuotaExhausted")
+    assert "limit: 5" in error.message
+    ots.server.clock_offset += 150  # the batch caught up
+    ok(ots, "CreateSearchIndex", reindex_request("idx5_reindex", "idx5"))
+
+
+def test_describe_reports_the_default_presort_through_the_sdk(ots_client: OTSClient) -> None:
+    make_table(ots_client)
+    ots_client.create_search_index("t", "idx", SearchIndexMeta(fields()))
+    meta, _ = ots_client.describe_search_index("t", "idx")
+    assert [(type(s).__name__, s.sort_order) for s in meta.index_sort.sorters] == [
+        ("PrimaryKeySort", SortOrder.ASC)]

@@ -124,6 +124,6 @@ def test_the_project_template_wins(tmp_path):
 def test_every_step_kind_has_a_rendering():
     rendered = {"create_table", "drop_table", "retire_table", "update_options", "update_throughput",
                 "add_defined_columns", "delete_defined_columns", "create_index", "drop_index",
-                "create_search_index", "drop_search_index", "update_search_index_ttl",
-                "update_stream", "rewrite_table"}
+                "create_search_index", "drop_search_index", "reindex_search_index",
+                "update_search_index_ttl", "update_stream", "rewrite_table"}
     assert set(ops.STEP_TYPES) | {"retire_table"} == rendered

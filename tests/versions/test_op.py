@@ -189,3 +189,20 @@ def test_a_failing_upgrade_and_an_invalid_result_are_replay_errors(tmp_path):
                  upgrade="op.create_table(Table('t', [PrimaryKeyColumn('a', 'DOUBLE')]))")
     with pytest.raises(ReplayError, match=r"a1 upgrade\(\) leaves a schema the service refuses"):
         replay(ScriptDirectory.load("migrations", tmp_path))
+
+
+def test_reindex_search_index_gives_an_index_a_new_schema_under_its_name():
+    op = Operations()
+    op.create_table(OpOrders)
+    op.create_search_index("op_orders", IRSearchIndex("f2", fields=[IRField("region", "KEYWORD")]))
+    new = IRSearchIndex("f2", fields=[IRField("region", "TEXT"), IRField("status", "KEYWORD")])
+    op.reindex_search_index("op_orders", new)
+    step = op.operations[-1]
+    assert isinstance(step, ops.ReindexSearchIndex) and step.risk == ops.DATA_COPY
+    assert step.changes == ["field status added (keyword)", "field region: KEYWORD -> TEXT"]
+    assert next(i for i in op.catalog.table("op_orders").search_indexes if i.name == "f2") == new
+    count = len(op.operations)
+    op.reindex_search_index("op_orders", new)  # already that schema: nothing to do
+    assert len(op.operations) == count
+    with pytest.raises(OperationError, match="has no search index 'nope'"):
+        op.reindex_search_index("op_orders", IRSearchIndex("nope", fields=[IRField("region", "KEYWORD")]))

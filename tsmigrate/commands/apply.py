@@ -96,11 +96,18 @@ def _result(outcome: str, plan: Any, findings: Any, done: int, error: str = "",
 @click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=0,
               metavar="SECONDS", help="Wait up to this long for a lock another apply holds "
               "(default: fail at once).")
+@click.option("--reindex-weights", "reindex_weights", metavar="W1,W2,...",
+              help="Before a reindexed search index is switched, send it these percentages of "
+              "the searches in turn (e.g. 10,50,100), each held --reindex-hold seconds.")
+@click.option("--reindex-hold", "reindex_hold", type=click.FloatRange(min=0), default=60,
+              show_default=True, metavar="SECONDS", help="How long each --reindex-weights "
+              "weight is held.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: one machine-readable result on stdout.")
 @reports_errors
 def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
-                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout, fmt):
+                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout,
+                  reindex_weights, reindex_hold, fmt):
     """Change the target to match the models (takes a lock, records history).
 
     Refused (exit 3, nothing changed) when lint finds an error, except on destructive steps
@@ -111,6 +118,8 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     from tsmigrate.apply import ApplyFailed, ApplyRefused, apply
     from tsmigrate.planfile import read_plan_file
     from tsmigrate.planrender import findings_text, plan_text
+    from tsmigrate.reindex.flow import ReindexSettings, parse_weights
+    from tsmigrate.reindex.progress import ReindexProgress
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
@@ -144,6 +153,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     bar = _Bar()
     waits = SettleReport(err_console, bar, None)
     rewrite_progress = ApplyProgress(err_console)
+    reindex_progress = ReindexProgress(err_console)
     try:
         from tsmigrate.config import load_project
 
@@ -154,6 +164,8 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
                 "`tsmigrate upgrade head` (`tsmigrate revision --autogenerate` turns model changes "
                 "into a revision)"
             )
+        weights = parse_weights(reindex_weights) if reindex_weights else ()
+        reindexing = ReindexSettings(weights=weights, hold_s=reindex_hold, report=reindex_progress)
         proj, catalog = load_catalog(project, models)
         target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
         seen["target"] = target.identity
@@ -169,7 +181,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
                             allow_destructive=allow_destructive, prune=prune, confirm=confirm,
                             progress=bar, rewrite_settings=settings, lint_config=lint_config(proj),
                             show=show, lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait,
-                            waiting=waits)
+                            waiting=waits, reindex_settings=reindexing)
     except ApplyFailed as exc:
         if as_json:
             kind = "interrupted" if exc.interrupted else "failed"
@@ -184,18 +196,25 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     finally:
         bar.stop()
         rewrite_progress.close()
+        reindex_progress.close()
     if as_json:
-        kind = "applied" if outcome.executed or outcome.rewrites else "no changes"
+        kind = ("applied" if outcome.executed or outcome.rewrites or outcome.reindexes
+                else "no changes")
         result = _result(kind, outcome.plan, outcome.findings, outcome.executed,
                          note=outcome.note, target=seen["target"])
         result["rewrites"] = [{"source": r.source, "target": r.target, "phase": r.phase}
                               for r in outcome.rewrites]
+        result["reindexes"] = [{"table": r.table, "index": r.index, "stage": r.stage}
+                               for r in outcome.reindexes]
         click.echo(json.dumps(result, indent=2))
         return
     if outcome.note:
         console.print(f"[dim]{outcome.note}[/]")
     if outcome.executed:
         console.print(f"[bold green]Applied {outcome.executed} step(s).[/]")
+    elif outcome.reindexes:
+        console.print(f"[bold green]Finished {len(outcome.reindexes)} reindex(es)[/] an earlier "
+                      "apply left.")
     elif not outcome.rewrites:
         console.print("[bold green]No changes.[/] The instance matches the models.")
     for rewrite in outcome.rewrites:

@@ -176,7 +176,8 @@ def _breaking_step(plan, table: str, lost: Route) -> int | None:
     for number, step in enumerate(plan.steps, 1):
         if step.table != table:
             continue
-        if isinstance(step, (ops.DropIndex, ops.DropSearchIndex)) and step.index.name == lost.name:
+        if isinstance(step, (ops.DropIndex, ops.DropSearchIndex, ops.ReindexSearchIndex)) \
+                and step.index.name == lost.name:
             return number
         if isinstance(step, (ops.RewriteTable, ops.CreateTable)) and lost.via == "primary key":
             return number

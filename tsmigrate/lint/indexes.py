@@ -67,6 +67,8 @@ def index_limits(context: Context) -> Iterator[Finding]:
 
 @rule("TS-IX403", WARNING, "search index dropped and recreated")
 def search_index_recreated(context: Context) -> Iterator[Finding]:
+    """A changed search index is reindexed (no downtime) unless the service cannot: then the
+    plan drops and creates it, and this says why and how to get the reindex back."""
     if context.plan is None:
         return
     for number, step in enumerate(context.plan.steps, 1):
@@ -75,10 +77,11 @@ def search_index_recreated(context: Context) -> Iterator[Finding]:
             yield context.finding(
                 step.table,
                 f"search index {name}",
-                f"the changed search index {name} is dropped and created again: searches on it "
-                "fail from the drop until the new index has synced every row (phase FULL)",
-                f"reindex instead: create {name}_reindex from {name} with the new schema "
-                "(RawClient.create_search_index_from), wait until it reaches INCR, switch "
-                f"(RawClient.switch_search_index), then drop {name}_reindex",
+                f"the changed search index {name} is dropped and created again "
+                f"({step.why or 'it cannot be reindexed'}): searches on it fail from the drop "
+                "until the new index has synced every row (phase FULL)",
+                f"let it be reindexed instead (rebuilt as {name}_reindex, then switched in "
+                f"under its name): free the name {name}_reindex and keep the index name within "
+                "247 characters, or give the changed index a new name and drop the old one later",
                 step=number,
             )

@@ -3,11 +3,14 @@ DeleteSearchIndex, Search, ComputeSplits and ParallelScan; the checks DeleteTabl
 make for search indexes.
 
 Only metadata is stored (storage.SearchIndexRecord). Search and ParallelScan hand the engine
-(search.py) every row of the base table, read at query time, so the write path does no index
-work and an index is always in sync. DescribeSearchIndex still reports the service's phases: FULL
-for `ServerOptions.search_full_sync_s` after creation, then INCR with the current time (ns) as
-the sync timestamp. A missing table is `OTSParameterInvalid "table [x] does not exist"` for every
-API here, as the service answers ComputeSplits.
+(search.py) the rows of the base table, read at query time, so the write path does no index work.
+An index builds as on the service: for `ServerOptions.search_full_sync_s` after creation it is in
+phase FULL and holds the first rows of the table in key order, in proportion to the time elapsed
+(a search sees only those); then it is in INCR and holds every row, following writes at once.
+DescribeSearchIndex reports the phase, the sync timestamp (the creation while in FULL, then the
+current time, in ns) and `metering_info.row_count`, the rows indexed so far. A missing table is
+`OTSParameterInvalid "table [x] does not exist"` for every API here, as the service answers
+ComputeSplits.
 
 Dynamic schema modification (reindex; the fields are in search_protocol, from the Java proto):
 - CreateSearchIndex with `source_index_name` S creates R, whose name must end with `_reindex`,
@@ -18,13 +21,16 @@ Dynamic schema modification (reindex; the fields are in search_protocol, from th
 - UpdateSearchIndex `switch_index_name` (the brother of `index_name`): once R has left FULL, the
   two swap schemas and TTLs, so the source name serves the new schema; weights are cleared. The
   pair stays linked (switching again swaps back) until one of them is deleted.
-- Indexes "in creating" (in FULL, or reindexes not yet switched) are limited to 10 an instance.
+- Indexes "in creating" (in FULL, or reindexes not yet switched) are limited to 10 an instance,
+  and reindexes still rebuilding (in FULL, not switched) to 5, as the service documents ("You can
+  rebuild up to five indexes at the same time").
 `added_field_schemas` (in-place field addition) is refused.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
 from collections.abc import Iterator
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
 
 REINDEX_SUFFIX = "_reindex"
 MAX_CREATING = 10
+MAX_REBUILDING = 5
 _SCAN_BATCH = 1000
 _END_KEY = keycodec.encode_key([INF_MAX])
 
@@ -97,6 +104,14 @@ def _in_full_sync(ctx: Context, record: SearchIndexRecord) -> bool:
     return ctx.now_ms - record.create_time < ctx.server.options.search_full_sync_s * 1000
 
 
+def _built_fraction(ctx: Context, record: SearchIndexRecord) -> float:
+    """How much of the table the index holds: the time since creation over the full sync's."""
+    full_ms = ctx.server.options.search_full_sync_s * 1000
+    if full_ms <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (ctx.now_ms - record.create_time) / full_ms))
+
+
 # -- hooks of the table APIs -------------------------------------------------------------------
 
 
@@ -133,6 +148,11 @@ def create_search_index(ctx: Context, req: Any) -> spb.CreateSearchIndexResponse
         if creating >= MAX_CREATING:
             raise OTSError(403, "OTSQuotaExhausted", "the number of index in creating has exceed "
                                                      f"the instance quota, limit: {MAX_CREATING}")
+        rebuilding = sum(1 for r in records if _meta(r).get("source")
+                         and not _meta(r).get("switched") and _in_full_sync(ctx, r))
+        if source is not None and rebuilding >= MAX_REBUILDING:
+            raise OTSError(403, "OTSQuotaExhausted", "the number of reindex in progress has exceed "
+                                                     f"the instance quota, limit: {MAX_REBUILDING}")
         meta: dict[str, Any] = {}
         if source is not None:
             _link_reindex(ctx, table, info.index_name, source)
@@ -162,6 +182,7 @@ def describe_search_index(ctx: Context, req: spb.DescribeSearchIndexRequest) -> 
         table = _table(ctx, req.table_name)
         record = _record(ctx, table, req.index_name)
     full = _in_full_sync(ctx, record)
+    indexed = _row_count(ctx, table, record)
     base = describe_response(
         _info(table, record),
         create_time_ms=record.create_time,
@@ -177,7 +198,15 @@ def describe_search_index(ctx: Context, req: spb.DescribeSearchIndexRequest) -> 
     for name, weight in meta.get("weights", ()):
         resp.query_flow_weight.add(index_name=name, weight=weight)
     resp.index_status.status = search_protocol.RUNNING
+    resp.metering_info.row_count = indexed
+    resp.metering_info.timestamp = ctx.now_ms
     return resp
+
+
+def _row_count(ctx: Context, table: TableInfo, record: SearchIndexRecord) -> int:
+    with ctx.storage.lock:
+        total = sum(1 for _ in _documents(ctx, table))
+    return int(total * _built_fraction(ctx, record))
 
 
 def list_search_index(ctx: Context, req: spb.ListSearchIndexRequest) -> spb.ListSearchIndexResponse:
@@ -303,11 +332,20 @@ def _served_by(ctx: Context, table: TableInfo, record: SearchIndexRecord) -> Sea
     return record
 
 
+def _indexed(ctx: Context, table: TableInfo, record: SearchIndexRecord) -> Iterator[Document]:
+    """The documents the index holds: while it builds (FULL), the first rows in key order."""
+    fraction = _built_fraction(ctx, record)
+    if fraction >= 1.0:
+        return _documents(ctx, table)
+    total = sum(1 for _ in _documents(ctx, table))
+    return itertools.islice(_documents(ctx, table), int(total * fraction))
+
+
 def search(ctx: Context, req: spb.SearchRequest) -> spb.SearchResponse:
     with ctx.storage.lock:
         table = _table(ctx, req.table_name)
         record = _served_by(ctx, table, _record(ctx, table, req.index_name))
-        return run_search(_info(table, record), req, _documents(ctx, table))
+        return run_search(_info(table, record), req, _indexed(ctx, table, record))
 
 
 def compute_splits(ctx: Context, req: spb.ComputeSplitsRequest) -> spb.ComputeSplitsResponse:
@@ -323,8 +361,9 @@ def compute_splits(ctx: Context, req: spb.ComputeSplitsRequest) -> spb.ComputeSp
 def parallel_scan(ctx: Context, req: spb.ParallelScanRequest) -> spb.ParallelScanResponse:
     with ctx.storage.lock:
         table = _table(ctx, req.table_name)
-        info = _info(table, _record(ctx, table, req.index_name))
-        return ctx.server.scan_sessions.parallel_scan(table.name, info, req, _documents(ctx, table))
+        record = _record(ctx, table, req.index_name)
+        return ctx.server.scan_sessions.parallel_scan(table.name, _info(table, record), req,
+                                                      _indexed(ctx, table, record))
 
 
 HANDLERS: dict[str, tuple[type, Any]] = {

@@ -165,6 +165,8 @@ def op_call(step: ops.Step, src: Source, before: Catalog) -> str:
         return f"op.create_search_index({t}, {src.value(step.index)})"
     if isinstance(step, ops.DropSearchIndex):
         return f"op.drop_search_index({t}, {step.index.name!r})"
+    if isinstance(step, ops.ReindexSearchIndex):
+        return f"op.reindex_search_index({t}, {src.value(step.index)})"
     if isinstance(step, ops.UpdateSearchIndexTTL):
         return f"op.update_search_index_ttl({t}, {step.index!r}, {_duration(step.after)})"
     if isinstance(step, ops.UpdateStream):
@@ -221,6 +223,8 @@ def inverse_calls(step: ops.Step, src: Source, before: Catalog) -> list[str]:
         return [f"op.drop_search_index({t}, {step.index.name!r})"]
     if isinstance(step, ops.DropSearchIndex):
         return [f"op.create_search_index({t}, {src.value(step.index)})"]
+    if isinstance(step, ops.ReindexSearchIndex):
+        return [f"op.reindex_search_index({t}, {src.value(step.before)})"]
     if isinstance(step, ops.UpdateSearchIndexTTL):
         return [f"op.update_search_index_ttl({t}, {step.index!r}, {_duration(step.before)})"]
     if isinstance(step, ops.UpdateStream):

@@ -293,6 +293,18 @@ class Operations:
             raise self._fail(f"table {table!r} has no search index {name!r}")
         self._add(ops.DropSearchIndex(table, index))
 
+    def reindex_search_index(self, table: str, index: SearchIndex) -> None:
+        """Give a search index a new schema without downtime: rebuilt beside the old one and
+        switched in under its name (``index`` is the complete new schema, its name the index's)."""
+        if not isinstance(index, SearchIndex):
+            raise self._fail(f"reindex_search_index takes a tsmigrate.schema.SearchIndex, got {index!r}")
+        current = next((i for i in self._table(table).search_indexes if i.name == index.name), None)
+        if current is None:
+            raise self._fail(f"table {table!r} has no search index {index.name!r}")
+        if current != index:
+            before = attrs.evolve(current, time_to_live=index.time_to_live)
+            self._add(ops.ReindexSearchIndex(table, before, index))
+
     def update_search_index_ttl(self, table: str, index: str, ttl: Any) -> None:
         current = next((i for i in self._table(table).search_indexes if i.name == index), None)
         if current is None:
