@@ -62,6 +62,8 @@ def _write_revision(directory, *, message: str, parents: list[str], bodies, expe
 
     root = directory.location.writable()
     revision = autogen.new_revision_id()
+    while any(r.startswith(revision) or revision.startswith(r) for r in directory.scripts):
+        revision = autogen.new_revision_id()  # keep every id a prefix of nothing else
     text = autogen.render_script(revision=revision, parents=parents, message=message,
                                  bodies=bodies, migrations_dir=root)
     versions = root / VERSIONS
