@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scriptdir import dags
 
 from tsmigrate.versions.errors import (
     AmbiguousRevisionError,
@@ -14,22 +15,6 @@ from tsmigrate.versions.errors import (
     UnknownRevisionError,
 )
 from tsmigrate.versions.graph import RevisionGraph
-
-
-@st.composite
-def dags(draw, max_size: int = 12) -> dict[str, tuple[str, ...]]:
-    """A random DAG: revision i picks parents among revisions before it (0, 1 or 2 of them)."""
-    size = draw(st.integers(0, max_size))
-    ids = draw(st.lists(st.text("0123456789abcdef", min_size=4, max_size=8), min_size=size,
-                        max_size=size, unique=True))
-    parents: dict[str, tuple[str, ...]] = {}
-    for i, rev in enumerate(ids):
-        earlier = ids[:i]
-        count = draw(st.integers(0, min(2, len(earlier))))
-        chosen = draw(st.lists(st.sampled_from(earlier), min_size=count, max_size=count,
-                               unique=True)) if earlier else []
-        parents[rev] = tuple(chosen)
-    return parents
 
 
 def _is_topological(graph: RevisionGraph, order: list[str]) -> bool:

@@ -334,3 +334,18 @@ def test_table_families_stay_out_of_revisions(proj):
         "def downgrade(op):\n    pass", "def downgrade(op):\n    op.drop_table('snaps_202601')"))
     _ok(run(proj, "hash"))
     assert "ok: 2 revisions" in _ok(run(proj, "check")).stdout
+
+
+def test_check_as_json(proj):
+    _ok(run(proj, "revision", "-m", "one", "--autogenerate"))
+    data = json.loads(_ok(run(proj, "check", "--format", "json")).stdout)
+    assert data == {"ok": True, "exit_code": 0, "revisions": 1, "heads": [_scripts(proj)[0].name[:12]],
+                    "failures": []}
+    script = _scripts(proj)[0]
+    script.write_text(script.read_text() + "# [bold]edited[/bold]\n")
+    (proj / "app_models.py").write_text(MODELS_ADD_INDEX)
+    result = _ok(run(proj, "check", "--format", "json"), 4)
+    data = json.loads(result.stdout)
+    assert data["ok"] is False and data["exit_code"] == 4
+    assert [f["check"] for f in data["failures"]] == ["sum", "uncaptured"]
+    assert data["failures"][1]["exit_code"] == 7

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from tsmigrate.commands.common import (
     EXIT_LINT_ERROR,
@@ -62,6 +63,8 @@ def _write_revision(directory, *, message: str, parents: list[str], bodies, expe
 
     root = directory.location.writable()
     revision = autogen.new_revision_id()
+    while any(r.startswith(revision) or revision.startswith(r) for r in directory.scripts):
+        revision = autogen.new_revision_id()  # keep every id a prefix of nothing else
     text = autogen.render_script(revision=revision, parents=parents, message=message,
                                  bodies=bodies, migrations_dir=root)
     versions = root / VERSIONS
@@ -267,11 +270,17 @@ def revision_history(directory, fmt: str, limit: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHECK_NAMES = {EXIT_SUM_MISMATCH: "sum", EXIT_MULTIPLE_HEADS: "heads", EXIT_REPLAY_FAILS: "replay",
+               EXIT_UNCAPTURED_CHANGES: "uncaptured", EXIT_LINT_ERROR: "lint"}
+
+
 @click.command(name="check")
 @models_option
 @project_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object on stdout (ok, exit_code, revisions, heads, failures).")
 @reports_errors
-def check_command(models, project):
+def check_command(models, project, fmt):
     """The CI gate for versioned migrations (no instance needed).
 
     Checks, all reported; the exit code is the first that fails, in this order:
@@ -317,13 +326,20 @@ def check_command(models, project):
         failures.append((EXIT_LINT_ERROR, f"lint {finding.code} ({where}, table {finding.table}): "
                                           f"{finding.message}"))
     count = len(directory.scripts)
+    order = [EXIT_SUM_MISMATCH, EXIT_MULTIPLE_HEADS, EXIT_REPLAY_FAILS, EXIT_UNCAPTURED_CHANGES,
+             EXIT_LINT_ERROR]
+    code = next((code for code in order if any(c == code for c, _ in failures)), 0)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "ok": not failures, "exit_code": code, "revisions": count, "heads": list(heads),
+            "failures": [{"check": CHECK_NAMES[c], "exit_code": c, "message": m} for c, m in failures],
+        }, indent=2))
+        sys.exit(code)
     if not failures:
         click.echo(f"ok: {count} revision{'s' if count != 1 else ''}, one head "
                    f"({heads[0] if heads else 'none'}), tsmigrate.sum matches, every revision "
                    "replays, the models match the head, no lint errors")
         return
     for _, message in failures:
-        err_console.print(f"[red]✗[/] {message}", markup=True, highlight=False)
-    order = [EXIT_SUM_MISMATCH, EXIT_MULTIPLE_HEADS, EXIT_REPLAY_FAILS, EXIT_UNCAPTURED_CHANGES,
-             EXIT_LINT_ERROR]
-    sys.exit(next(code for code in order if any(c == code for c, _ in failures)))
+        err_console.print(f"[red]✗[/] {escape(message)}", markup=True, highlight=False)
+    sys.exit(code)
