@@ -37,6 +37,7 @@ from tsmigrate import adapter, ops
 from tsmigrate.apply import live_catalog
 from tsmigrate.config import Project, read_pyproject
 from tsmigrate.errors import ApplyRefused, TsmigrateError
+from tsmigrate.reindex import flow
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
 from tsmigrate.versions.errors import MigrationError, UnknownRevisionError
@@ -320,6 +321,7 @@ class Settings:
 
     rewrite: Any  # tsmigrate.rewrite.planned.RewriteSettings
     backfill_progress: Callable[[Any], None] | None = None
+    reindex: flow.ReindexSettings = attrs.field(factory=flow.ReindexSettings)
 
 
 Progress = Callable[[str, int, int, Any], None]  # (revision, number, total, operation)
@@ -415,6 +417,12 @@ def _run_revision(client: Any, directory: ScriptDirectory, state: State, lease: 
                         custom = op.reference if isinstance(op, TransformedRewrite) else None
                         planned.start(client, live_catalog(client), collected.catalog_after, step, custom)
                     ready.append(planned.run(client, step.table, settings.rewrite))
+                elif isinstance(op, ops.ReindexSearchIndex):
+                    # The index keeps serving while it is rebuilt: apply's reindex flow, stages
+                    # checkpointed, so a killed upgrade resumes it.
+                    predicted = ops.transform(predicted, op)
+                    table = collected.catalog_after.table(op.table) or predicted.table(op.table)
+                    flow.start(client, table, op, settings.reindex, lease.check)
                 else:
                     predicted = ops.transform(predicted, op)
                     adapter.execute(client, op, predicted.table(op.table))

@@ -1,0 +1,49 @@
+"""`op.reindex_search_index` under `tsmigrate upgrade`: the runner takes it through apply's
+reindex flow (the index keeps serving, the new schema ends under the old name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tablestore as ts
+from scriptdir import write_script
+
+from tsmigrate.rewrite.planned import RewriteSettings
+from tsmigrate.versions import runner
+from tsmigrate.versions.scripts import ScriptDirectory
+
+HEADER = """
+from tsmigrate.schema import PrimaryKeyColumn, SearchField, SearchIndex, Table
+"""
+CREATE = """
+op.create_table(Table("notes", [PrimaryKeyColumn("id", "STRING")]))
+op.create_search_index("notes", SearchIndex("finder", fields=[SearchField("tag", "KEYWORD")]))
+"""
+REINDEX = """
+op.reindex_search_index("notes", SearchIndex(
+    "finder", fields=[SearchField("tag", "TEXT"), SearchField("title", "KEYWORD")]))
+"""
+
+
+def test_upgrade_runs_a_reindex_to_the_switch(ots_instance, ots_server_options, tmp_path: Path):
+    ots_server_options.search_full_sync_s = 0.5
+    write_script(tmp_path / "migrations", "a1", None, header=HEADER, upgrade=CREATE)
+    write_script(tmp_path / "migrations", "b2", "a1", header=HEADER, upgrade=REINDEX)
+    directory = ScriptDirectory.load("migrations", tmp_path)
+    client = ots_instance.client()
+    settings = runner.Settings(RewriteSettings())
+
+    def upgrade(spec: str) -> runner.Outcome:
+        return runner.run(client, directory,
+                          lambda last: runner.plan_upgrade(directory, last.revisions, spec),
+                          package=runner.Package(), settings=settings)
+
+    upgrade("a1")
+    client.put_row("notes", ts.Row([("id", "n1")], [("tag", "red fox"), ("title", "t1")]))
+    assert upgrade("head").executed == 1
+    described = client.list_search_index("notes")
+    assert [name for _, name in described] == ["finder"]  # the reindex index is gone
+    schema = client.describe_search_index("notes", "finder")[0]
+    assert {(f.field_name, f.field_type.name) for f in schema.fields} == {
+        ("tag", "TEXT"), ("title", "KEYWORD")}
+    assert runner.read_applied(client).revisions == {"a1", "b2"}
