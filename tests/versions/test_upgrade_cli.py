@@ -126,6 +126,13 @@ def test_upgrade_step_by_step_backfill_current_plan_and_downgrade(tmp_path: Path
         assert "no revision pending" in plan.stdout and "no drift" in plan.stdout
         steps = [h["step"] for h in State(client).history() if h["status"] == "done"]
         assert steps == ["create_table", "add_defined_columns", "create_index", "backfill"]
+        status = cli(root, target, "status", "--format", "json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        report = json.loads(status.stdout)
+        assert report["revisions"]["heads"] == data["heads"] and report["revisions"]["pending"] == 0
+        assert report["drift"]["drifted"] is False, report["drift"]  # upgrade records what it left
+        text = cli(root, target, "status").stdout
+        assert "revisions:" in text and "c3 (head) backfill region" in text
 
         # Drift: a change made outside migrations.
         client.delete_secondary_index("events", "by_region")

@@ -19,16 +19,20 @@ from tsmigrate.commands.common import connected, err_console, project_option, re
               show_default=True)
 @reports_errors
 def status_command(project, target_name, endpoint, instance, fmt):
-    """Where the target stands: lock holder, last apply, drift, rewrites in progress.
+    """Where the target stands: lock holder, last apply, drift, rewrites, revisions.
 
     Drift is the live schema against the one the last apply left (changes made outside
     tsmigrate); `tsmigrate plan` compares with the models. Exit 1 when a state row is
     malformed (the other sections are still shown).
     """
-    from tsmigrate.status import StatusContext, collect, status_json, status_text
+    from tsmigrate.config import load_project
+    from tsmigrate.status import SECTIONS, StatusContext, collect, status_json, status_text
 
+    sections = SECTIONS
+    if load_project(project).versioned:
+        sections = [*SECTIONS, _revisions_section(project)]
     with connected(project, target_name, endpoint, instance) as (client, target):
-        reports = collect(StatusContext(client, target))
+        reports = collect(StatusContext(client, target), sections)
     if fmt == "json":
         click.echo(json.dumps(status_json(reports), indent=2))
     else:
@@ -38,3 +42,18 @@ def status_command(project, target_name, endpoint, instance, fmt):
         for error in errors:
             err_console.print(f"[bold red]error:[/] {escape(error)}", markup=True)
         sys.exit(1)
+
+
+def _revisions_section(project_dir):
+    """The versioned workflow's section: the revision(s) the target is at, as `current` shows."""
+    from tsmigrate.commands.versioned import _directory, current_data, current_text
+    from tsmigrate.status import Report, Section
+    from tsmigrate.versions import runner
+
+    _project, directory = _directory(project_dir)
+
+    def read(ctx):
+        data = current_data(directory, runner.read_applied(ctx.client))
+        return Report(data, current_text(data).removeprefix("current: ").splitlines())
+
+    return Section("revisions", "revisions", read)

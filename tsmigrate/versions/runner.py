@@ -37,6 +37,7 @@ from tsmigrate import adapter, ops
 from tsmigrate.apply import live_catalog
 from tsmigrate.config import Project, read_pyproject
 from tsmigrate.errors import ApplyRefused, TsmigrateError
+from tsmigrate.plan import recorded_catalog
 from tsmigrate.reindex import flow
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
@@ -469,10 +470,8 @@ def _record(client: Any, directory: ScriptDirectory, state: State, applied: set[
     log_id = f"{now:013d}-{state.owner.run_id}-{rev}"
     adapter.put_row(client, STATE_TABLE, [("kind", LOG_KIND), ("id", log_id)],
                     {"revision": rev, "direction": direction, "message": message, **who})
-    catalog = catalog_of(directory, applied)
-    live = live_catalog(client)
-    declared = {t.name for t in catalog.tables}
-    state.save_catalog(Catalog(tables=[*catalog.tables, *(t for t in live.tables if t.name not in declared)]))
+    live = live_catalog(client)  # the schema this revision left: status checks drift against it
+    state.save_catalog(recorded_catalog(catalog_of(directory, applied), live), left=physical(live))
     adapter.delete_row(client, STATE_TABLE, _run_key(rev))
 
 
