@@ -31,7 +31,8 @@ Public API (the rewrite engine and any other caller use these rather than loops 
 A conditional write (``expect="not_exist"``, a column condition) that the policy retried after
 an ambiguous failure may answer ``OTSConditionCheckFail`` because the first attempt did land;
 callers of conditional writes read the row back before treating that as a conflict (see
-``state.State.acquire``).
+``state.State.acquire``), or send it under ``SINGLE_ATTEMPT`` and repeat it themselves, so they
+know when a repeat followed an ambiguous failure (``tsmigrate.service.rows``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -115,6 +117,11 @@ def _throttled(exc: BaseException) -> bool:
     return exc.code in THROTTLING_CODES or (exc.code, exc.message) == TOO_FREQUENT
 
 
+# Set while a caller that repeats a request itself sends it (a conditional write that judges its
+# own lost answers, tsmigrate.service.rows): the client's policy then leaves every retry to it.
+SINGLE_ATTEMPT: ContextVar[bool] = ContextVar("tsmigrate_single_attempt", default=False)
+
+
 class TsmigrateRetryPolicy(RetryPolicy):
     """The SDK's ``RetryPolicy`` interface with tsmigrate's rules (see the module docstring)."""
 
@@ -134,7 +141,10 @@ class TsmigrateRetryPolicy(RetryPolicy):
         self._lock = threading.Lock()
 
     def should_retry(self, retry_times: int, exception: BaseException, api_name: str) -> bool:
-        return retry_times < self.max_retries and retryable(exception, api_name)
+        return (
+            retry_times < self.max_retries and retryable(exception, api_name)
+            and not SINGLE_ATTEMPT.get()
+        )
 
     def get_retry_delay(self, retry_times: int, exception: BaseException, api_name: str) -> float:
         base = self.throttled_delay_s if _throttled(exception) else self.base_delay_s

@@ -98,6 +98,16 @@ def test_query_that_the_key_cannot_serve_is_a_clear_error(readings):
         list(readings.query(index="nope", serial="x"))
 
 
+def test_a_misspelt_option_is_named_with_the_valid_options(readings):
+    with pytest.raises(QueryError, match=r"Reading.query\(\): 'revers' is neither a field nor an "
+                                         r"option \(did you mean 'reverse'\?\); options: reverse, limit"):
+        list(readings.query(device_id="a", revers=True))
+    with pytest.raises(QueryError, match=r"Reading.search\(\): 'sort_by' .*options: query, sort"):
+        list(readings.search("finder", sort_by=["ts"]))
+    with pytest.raises(QueryError, match=r"Reading.count\(\): 'limit' .*; options: query; fields: "):
+        readings.count("finder", limit=3)
+
+
 def test_global_index_returns_model_rows_and_fetches_missing_columns(readings):
     readings.batch_write(put=[
         Reading(device_id=f"d{i}", ts=i, serial="S1" if i % 2 else "S2", battery=i, temp_c=i / 2)

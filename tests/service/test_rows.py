@@ -241,6 +241,33 @@ def test_versioned_writes_whose_answers_are_lost_are_not_conflicts(ots_instance,
     assert not isinstance(failed.value, VersionConflict)
 
 
+@pytest.mark.parametrize("policy", ["sdk default", "tsmigrate"])
+def test_conditional_writes_whose_answers_are_lost_are_not_condition_failures(
+        ots_instance, readings, ots_server_options, policy):
+    # Without a version column: the server writes, then answers OTSTimeout; the repeat fails
+    # its condition because the first attempt landed, and is still a success (the row is as the
+    # write leaves it). A condition that really fails stays ConditionFailed.
+    kwargs = {} if policy == "sdk default" else {"retry_policy": RETRY_POLICY}
+    rows = Rows(Reading, ots_instance.client(**kwargs), retry=FAST)
+    ots_server_options.faults = FaultPlan.parse(
+        "done_timeout@PutRow|UpdateRow|DeleteRow=0.5,seed=5")
+    for i in range(20):
+        rows.put(Reading(device_id="d", ts=i, battery=i), expect="not_exist")
+        rows.update({"device_id": "d", "ts": i}, set={"serial": f"S{i}"},
+                    condition=Attr("battery") == i, expect="exist")
+        if i % 2:
+            rows.delete({"device_id": "d", "ts": i}, expect="exist")
+    ots_server_options.faults = None
+    stored = {r.ts: (r.battery, r.serial) for r in readings.query(device_id="d")}
+    assert stored == {i: (i, f"S{i}") for i in range(0, 20, 2)}
+    with pytest.raises(ConditionFailed):
+        rows.put(Reading(device_id="d", ts=0, battery=0), expect="not_exist")
+    with pytest.raises(ConditionFailed):
+        rows.update({"device_id": "d", "ts": 0}, set={"serial": "x"}, condition=Attr("battery") == 7)
+    with pytest.raises(ConditionFailed):
+        rows.delete({"device_id": "d", "ts": 1}, expect="exist")
+
+
 def test_integers_beyond_64_bits_are_a_row_value_error_naming_the_field(accounts, readings):
     with pytest.raises(RowValueError, match=r"Account\.visits = 9223372036854775808 does not fit"):
         accounts.put(Account(user_id="ann", visits=2**63))

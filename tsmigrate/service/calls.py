@@ -15,18 +15,42 @@ from collections.abc import AsyncIterator, Generator, Iterable, Iterator
 from itertools import chain
 from typing import Any, TypeVar
 
+from tsmigrate.retry import SINGLE_ATTEMPT
+
 T = TypeVar("T")
 
 
 class Call:
-    """Call ``method`` of the SDK client with these arguments."""
+    """Call ``method`` of the SDK client with these arguments. ``once``: the client's retry
+    policy does not repeat it (the operation does, knowing why; ``retry.SINGLE_ATTEMPT``)."""
 
-    __slots__ = ("args", "kwargs", "method")
+    __slots__ = ("args", "kwargs", "method", "once")
 
-    def __init__(self, method: str, *args: Any, **kwargs: Any):
+    def __init__(self, method: str, *args: Any, once: bool = False, **kwargs: Any):
         self.method = method
         self.args = args
         self.kwargs = kwargs
+        self.once = once
+
+
+def _call(client: Any, step: Call) -> Any:
+    if not step.once:
+        return getattr(client, step.method)(*step.args, **step.kwargs)
+    token = SINGLE_ATTEMPT.set(True)
+    try:
+        return getattr(client, step.method)(*step.args, **step.kwargs)
+    finally:
+        SINGLE_ATTEMPT.reset(token)
+
+
+async def _acall(client: Any, step: Call) -> Any:
+    if not step.once:
+        return await getattr(client, step.method)(*step.args, **step.kwargs)
+    token = SINGLE_ATTEMPT.set(True)
+    try:
+        return await getattr(client, step.method)(*step.args, **step.kwargs)
+    finally:
+        SINGLE_ATTEMPT.reset(token)
 
 
 class Sleep:
@@ -63,7 +87,7 @@ def run(client: Any, op: Op[T]) -> T:
         send, error = None, None
         if type(step) is Call:
             try:
-                send = getattr(client, step.method)(*step.args, **step.kwargs)
+                send = _call(client, step)
             except Exception as exc:  # handed to the operation, which decides
                 error = exc
         elif type(step) is Sleep:
@@ -91,7 +115,7 @@ def _pages(client: Any, op: Op[None]) -> Iterator[list[Any]]:
         send, error = None, None
         if type(step) is Call:
             try:
-                send = getattr(client, step.method)(*step.args, **step.kwargs)
+                send = _call(client, step)
             except Exception as exc:
                 error = exc
         elif type(step) is Emit:
@@ -112,7 +136,7 @@ async def arun(client: Any, op: Op[T]) -> T:
         send, error = None, None
         if type(step) is Call:
             try:
-                send = await getattr(client, step.method)(*step.args, **step.kwargs)
+                send = await _acall(client, step)
             except Exception as exc:
                 error = exc
         elif type(step) is Sleep:
@@ -133,7 +157,7 @@ async def astream(client: Any, op: Op[None]) -> AsyncIterator[Any]:
         send, error = None, None
         if type(step) is Call:
             try:
-                send = await getattr(client, step.method)(*step.args, **step.kwargs)
+                send = await _acall(client, step)
             except Exception as exc:
                 error = exc
         elif type(step) is Emit:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from itertools import product
 from typing import Any
@@ -96,6 +97,21 @@ class Exists:
 _OPTIONS = ("reverse", "limit", "columns", "filter", "index", "fetch_missing", "page_size")
 
 
+def check_names(codec: ModelCodec, names: Iterable[str], options: Iterable[str], call: str) -> None:
+    """Every argument of a query is a field of the model or an option of the call: a misspelt
+    option is named with the valid ones (and the closest), never taken for a field."""
+    options = tuple(options)
+    for name in names:
+        if name in options or name in codec.fields:
+            continue
+        close = difflib.get_close_matches(name, [*options, *codec.fields], n=1)
+        raise QueryError(
+            f"{codec.name}.{call}(): {name!r} is neither a field nor an option"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; options: {', '.join(options)}; fields: {', '.join(sorted(codec.fields))}"
+        )
+
+
 @attrs.define
 class Cursor:
     """One ordered stream of a query: its segments (GetRange calls) on one table, read in
@@ -142,6 +158,7 @@ class Query:
 
     @classmethod
     def build(cls, codec: ModelCodec, spec: Mapping[str, Any]) -> Query:
+        check_names(codec, spec, _OPTIONS, "query")
         spec = dict(spec)
         options = {k: spec.pop(k) for k in _OPTIONS if k in spec}
         index = options.get("index")
@@ -153,8 +170,6 @@ class Query:
                 raise QueryError(f"{option} must be a positive integer, got {value!r}")
         eq = {name: v for name, v in spec.items() if not isinstance(v, Range)}
         ranges = {name: v for name, v in spec.items() if isinstance(v, Range)}
-        for name in spec:
-            codec.field(name)  # unknown fields are an error, named
         eq_by_column = codec.by_column_values(eq)
         reverse = bool(options.get("reverse", False))
         prefix: list[list[Any]] = []  # the possible values of each leading key column
@@ -599,6 +614,7 @@ def _check_search(codec: ModelCodec, index: str) -> None:
 
 def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None]:
     _check_search(codec, index)
+    check_names(codec, spec, _SEARCH_OPTIONS, "search")
     query = _search_query(codec, spec)
     sort = _search_sort(codec, spec.get("sort"))
     limit = spec.get("limit")
@@ -628,6 +644,7 @@ def search_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[None
 
 def count_op(codec: ModelCodec, index: str, spec: Mapping[str, Any]) -> Op[int]:
     _check_search(codec, index)
+    check_names(codec, spec, ("query",), "count")  # a count has no sort, page or columns
     request = md.SearchQuery(_search_query(codec, spec), limit=0, get_total_count=True)
     response = yield Call("search", codec.table, index, request,
                           md.ColumnsToGet(return_type=md.ColumnReturnType.NONE))

@@ -7,19 +7,23 @@
 - Idempotent create: EXPECT_NOT_EXIST plus a request id stored in the row; when the condition
   fails (a retry of a create that did land, its answer lost), the row is read back and the create
   succeeds only if the row carries this request id. Lost answers are retried with backoff.
+- Lost answers of other conditional writes: they are repeated by the operation, not the client
+  (``retry.SINGLE_ATTEMPT``); a repeat that fails its condition reads the row and succeeds when
+  the row is as the write leaves it (put: these cells; update: its puts and deletes; delete:
+  no row). An increment is not repeated after a lost answer: the timeout reaches the caller.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tablestore import OTSServiceError
 from tablestore import metadata as md
 
 from tsmigrate.model import Model
-from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
+from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy, ambiguous
 from tsmigrate.service.backoff import call_retryable, code_of, delay
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
@@ -159,18 +163,54 @@ def put_op(
         yield from _guarded(codec, call, table, key, values.get(codec.version), token, "put", retry)
         values[codec.version] = next_version
         return row
-    try:
-        yield Call("put_row", table, md.Row(key, cells),
-                   md.Condition(existence, sdk_condition(condition, codec)))
-    except OTSServiceError as exc:
-        check_month(codec, table, exc)
-        if exc.code != CONDITION_FAILED:
-            raise
-        raise ConditionFailed(
-            f"{codec.name} put {key}: the condition did not hold ({exc.message})",
-            model=codec.name, key=key,
-        ) from None
+    written = dict(cells)
+    yield from _conditional(
+        codec, Call("put_row", table, md.Row(key, cells),
+                    md.Condition(existence, sdk_condition(condition, codec)), once=True),
+        table, key, "put", retry, repeatable=True,
+        landed=lambda stored: stored == written,
+    )
     return row
+
+
+def _conditional(
+    codec: ModelCodec, call: Call, table: str, key: list[tuple[str, Any]], action: str,
+    retry: TsmigrateRetryPolicy, repeatable: bool,
+    landed: Callable[[dict[str, Any] | None], bool],
+) -> Op[None]:
+    """A write without a version guard, sent once per attempt and repeated here rather than by
+    the client's policy, so a failed condition is known to follow a lost answer or not. After
+    one, the first attempt may have landed: the row is read, and the write stands when the row
+    is as the write leaves it (``landed`` of its cells, None when absent). Otherwise
+    ConditionFailed. ``repeatable``: repeating the write leaves the same row (no increments)."""
+    attempt = 0
+    uncertain = False  # an earlier attempt may have been done
+    while True:
+        try:
+            yield call
+            return
+        except OTSServiceError as exc:
+            check_month(codec, table, exc)
+            if exc.code == CONDITION_FAILED:
+                if uncertain:
+                    _, stored, _ = yield Call("get_row", table, key, None, None, 1)
+                    present = stored is not None and bool(stored.primary_key or stored.attribute_columns)
+                    if landed({c[0]: c[1] for c in stored.attribute_columns} if present else None):
+                        return
+                raise ConditionFailed(
+                    f"{codec.name} {action} {key}: the condition did not hold ({exc.message})",
+                    model=codec.name, key=key,
+                ) from None
+            if not call_retryable(exc, repeatable) or attempt >= retry.max_retries:
+                raise
+            failure: Exception = exc
+        except Exception as exc:
+            if not call_retryable(exc, repeatable) or attempt >= retry.max_retries:
+                raise
+            failure = exc
+        uncertain = uncertain or ambiguous(failure)
+        yield Sleep(delay(retry, attempt, code_of(failure)[0]))
+        attempt += 1
 
 
 def _guarded(
@@ -284,17 +324,16 @@ def update_op(
                     md.Condition(existence, sdk_condition(_and(guard, condition), codec)))
         yield from _guarded(codec, call, table, key, values.get(codec.version), token, "update", retry)
     else:
-        try:
-            yield Call("update_row", table, md.Row(key, cells),
-                       md.Condition(existence, sdk_condition(condition, codec)))
-        except OTSServiceError as exc:
-            check_month(codec, table, exc)
-            if exc.code != CONDITION_FAILED:
-                raise
-            raise ConditionFailed(
-                f"{codec.name} update {key}: the condition did not hold ({exc.message})",
-                model=codec.name, key=key,
-            ) from None
+        puts = dict(cells.get(md.UpdateType.PUT, ()))
+        removed = cells.get(md.UpdateType.DELETE_ALL, ())
+        yield from _conditional(
+            codec, Call("update_row", table, md.Row(key, cells),
+                        md.Condition(existence, sdk_condition(condition, codec)), once=True),
+            table, key, "update", retry, repeatable=md.UpdateType.INCREMENT not in cells,
+            landed=lambda stored: stored is not None
+            and all(stored.get(c) == v for c, v in puts.items())
+            and not any(c in stored for c in removed),
+        )
     if isinstance(target, Model):
         for name, value in (set or {}).items():
             target.__dict__[name] = value
@@ -317,17 +356,11 @@ def delete_op(
             md.RowExistenceExpectation.EXPECT_EXIST, sdk_condition(_and(guard, condition), codec)))
         yield from _guarded(codec, call, table, key, expected, None, "delete", retry)
         return
-    try:
-        yield Call("delete_row", table, md.Row(key),
-                   md.Condition(existence, sdk_condition(condition, codec)))
-    except OTSServiceError as exc:
-        check_month(codec, table, exc)
-        if exc.code != CONDITION_FAILED:
-            raise
-        raise ConditionFailed(
-            f"{codec.name} delete {key}: the condition did not hold ({exc.message})",
-            model=codec.name, key=key,
-        ) from None
+    yield from _conditional(
+        codec, Call("delete_row", table, md.Row(key),
+                    md.Condition(existence, sdk_condition(condition, codec)), once=True),
+        table, key, "delete", retry, repeatable=True, landed=lambda stored: stored is None,
+    )
 
 
 def create_op(
