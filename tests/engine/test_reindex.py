@@ -256,7 +256,8 @@ def test_cli_killed_at_each_stage_resumes_there(stage, tmp_path, ots_instance, o
     if left.active:
         assert f"reindex docs.finder: stage {left.stage}:" in rerun.stderr
         assert "(resumed at this stage)" in rerun.stderr
-    assert left.weights == (50, 100)  # the killed run's weights are kept for the resume
+    assert (left.weights, left.hold_s) == ((50, 100), 1)  # kept for the resume (the rerun gives neither)
+    assert "for 60 s" not in rerun.stderr  # the default hold would apply, were it not kept
     assert checkpoint.load(client, "docs", "finder").stage == "done"
     assert live_search(client) == ["finder"]
     fields = adapter.inspect_table(client, "docs").search_indexes[0].fields

@@ -47,6 +47,7 @@ class Checkpoint:
     weights_done: int = 0  # how many of ``weights`` were set
     started_ms: int = 0
     updated_ms: int = 0
+    hold_s: float = 60.0  # how long each weight is held (kept for a resume, like the weights)
 
     @property
     def reindex(self) -> str:
@@ -77,6 +78,7 @@ def save(client: Any, checkpoint: Checkpoint) -> None:
         "weights_done": checkpoint.weights_done,
         "started_ms": checkpoint.started_ms,
         "updated_ms": checkpoint.updated_ms,
+        "hold_s": float(checkpoint.hold_s),
     })
 
 
@@ -93,6 +95,7 @@ def _parse(row_id: str, row: dict[str, Any]) -> Checkpoint:
             weights=tuple(int(w) for w in json.loads(row.get("weights", "[]"))),
             weights_done=int(row.get("weights_done", 0)),
             started_ms=int(row.get("started_ms", 0)), updated_ms=int(row.get("updated_ms", 0)),
+            hold_s=float(row.get("hold_s", 60.0)),
         )
     except Exception as exc:  # any shape of damage: a missing column, bad JSON, a bad IR
         raise StateRowError(

@@ -164,11 +164,11 @@ class _Run:
             cpt.save(self.client, cp)
             self.report("shift", cp, weight=weight)
             held = time.monotonic()
-            while time.monotonic() - held < self.settings.hold_s:
+            while time.monotonic() - held < cp.hold_s:
                 self.check()
                 self.report("hold", cp, weight=weight, elapsed_s=time.monotonic() - held,
-                            hold_s=self.settings.hold_s)
-                time.sleep(min(self.settings.poll_s, self.settings.hold_s))
+                            hold_s=cp.hold_s)
+                time.sleep(min(self.settings.poll_s, cp.hold_s))
         return cp.at(cpt.SWITCH)
 
     def switch(self, cp: Checkpoint) -> Checkpoint:
@@ -238,7 +238,7 @@ def start(client: Any, table: Table, step: ops.ReindexSearchIndex, settings: Rei
             runner.abandon(earlier)
     now = cpt._now_ms()
     fresh = Checkpoint(step.table, step.index.name, cpt.CREATE, step.before, step.index,
-                       settings.weights, 0, now, now)
+                       settings.weights, 0, now, now, settings.hold_s)
     cpt.save(client, fresh)
     return run(client, table, fresh, settings, check)
 
