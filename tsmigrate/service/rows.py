@@ -183,34 +183,19 @@ def _conditional(
     one, the first attempt may have landed: the row is read, and the write stands when the row
     is as the write leaves it (``landed`` of its cells, None when absent). Otherwise
     ConditionFailed. ``repeatable``: repeating the write leaves the same row (no increments)."""
-    attempt = 0
-    uncertain = False  # an earlier attempt may have been done
-    while True:
-        try:
-            yield call
-            return
-        except OTSServiceError as exc:
-            check_month(codec, table, exc)
-            if exc.code == CONDITION_FAILED:
-                if uncertain:
-                    _, stored, _ = yield Call("get_row", table, key, None, None, 1)
-                    present = stored is not None and bool(stored.primary_key or stored.attribute_columns)
-                    if landed({c[0]: c[1] for c in stored.attribute_columns} if present else None):
-                        return
-                raise ConditionFailed(
-                    f"{codec.name} {action} {key}: the condition did not hold ({exc.message})",
-                    model=codec.name, key=key,
-                ) from None
-            if not call_retryable(exc, repeatable) or attempt >= retry.max_retries:
-                raise
-            failure: Exception = exc
-        except Exception as exc:
-            if not call_retryable(exc, repeatable) or attempt >= retry.max_retries:
-                raise
-            failure = exc
-        uncertain = uncertain or ambiguous(failure)
-        yield Sleep(delay(retry, attempt, code_of(failure)[0]))
-        attempt += 1
+
+    def condition_failed(exc: OTSServiceError, uncertain: bool) -> Op[None]:
+        if uncertain:
+            _, stored, _ = yield Call("get_row", table, key, None, None, 1)
+            present = stored is not None and bool(stored.primary_key or stored.attribute_columns)
+            if landed({c[0]: c[1] for c in stored.attribute_columns} if present else None):
+                return
+        raise ConditionFailed(
+            f"{codec.name} {action} {key}: the condition did not hold ({exc.message})",
+            model=codec.name, key=key,
+        ) from None
+
+    yield from _repeated(codec, call, table, retry, repeatable, condition_failed)
 
 
 def _guarded(
@@ -222,7 +207,22 @@ def _guarded(
     then this very write having landed when the row carries its token (put, update), or, for a
     delete, when the row is gone; otherwise VersionConflict (the stored version is another), or
     ConditionFailed (the version held: the caller's own condition did not)."""
+    yield from _repeated(
+        codec, call, table, retry, True,
+        lambda exc, _: _check_guard(codec, table, key, expected, token, action, exc.message),
+    )
+
+
+def _repeated(
+    codec: ModelCodec, call: Call, table: str, retry: TsmigrateRetryPolicy, repeatable: bool,
+    condition_failed: Callable[[OTSServiceError, bool], Op[None]],
+) -> Op[None]:
+    """Send ``call`` until it is answered, repeating failures by the policy's rules (rejected
+    ones always, ambiguous ones when ``repeatable``). A failed condition is the caller's to
+    judge: ``condition_failed(error, uncertain)``, uncertain when an earlier attempt may have
+    been done (its answer lost)."""
     attempt = 0
+    uncertain = False
     while True:
         try:
             yield call
@@ -230,15 +230,14 @@ def _guarded(
         except OTSServiceError as exc:
             check_month(codec, table, exc)
             if exc.code == CONDITION_FAILED:
-                yield from _check_guard(codec, table, key, expected, token, action, exc.message)
+                yield from condition_failed(exc, uncertain)
                 return
-            if not call_retryable(exc, True) or attempt >= retry.max_retries:
-                raise
             failure: Exception = exc
         except Exception as exc:
-            if not call_retryable(exc, True) or attempt >= retry.max_retries:
-                raise
             failure = exc
+        if not call_retryable(failure, repeatable) or attempt >= retry.max_retries:
+            raise failure
+        uncertain = uncertain or ambiguous(failure)
         yield Sleep(delay(retry, attempt, code_of(failure)[0]))
         attempt += 1
 
