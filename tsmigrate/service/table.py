@@ -30,8 +30,8 @@ class Rows(Generic[M]):
         self.model = model
         self.client = client
         self.codec = codec(model)
-        # Retries of batch rows, idempotent creates and versioned writes (tsmigrate.retry's
-        # policy by default).
+        # Retries of batch rows and of single-row writes, which repeat themselves rather than
+        # leave it to the client's policy (tsmigrate.retry's policy by default).
         self.retry = policy_for(retry)
 
     # -- rows ----------------------------------------------------------------------------------
