@@ -28,6 +28,30 @@ TARGET = Table(
     attributes=[AttributeColumn("seq", "INTEGER")],
 )
 
+# The same two tables as model modules, for the tests that run the CLI on a project.
+MODELS_V1 = '''
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.keys import HashPrefix
+
+
+class Reading(Model, table="readings", max_versions=3, max_time_deviation="366d"):
+    pk = PrimaryKey(str, derive=HashPrefix("device", length=4, sep="|"))
+    seq = PrimaryKey(int)
+    device = Column(str)
+'''
+MODELS_V2 = '''
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.keys import Concat
+
+
+class ReadingV2(Model, table="readings_by_seq", replaces="readings", max_versions=3,
+                max_time_deviation="366d"):
+    device_seq = PrimaryKey(str, derive=Concat(["device", "seq"], pad={"seq": 8}), name="key")
+    region = PrimaryKey(str)
+    seq = Column(int)
+    device = Column(str)
+'''
+
 
 def create(client: ts.OTSClient, table: Table) -> None:
     meta = ts.TableMeta(table.name, [(c.name, c.type) for c in table.primary_key])

@@ -16,29 +16,6 @@ from cliproject import CREDENTIALS, project, run
 
 from tsmigrate.state import LOCK_KEY, STATE_TABLE, Owner, State
 
-REWRITE_V1 = '''
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.keys import HashPrefix
-
-
-class Reading(Model, table="readings", max_versions=3, max_time_deviation="366d"):
-    pk = PrimaryKey(str, derive=HashPrefix("device", length=4, sep="|"))
-    seq = PrimaryKey(int)
-    device = Column(str)
-'''
-REWRITE_V2 = '''
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.keys import Concat
-
-
-class ReadingV2(Model, table="readings_by_seq", replaces="readings", max_versions=3,
-                max_time_deviation="366d"):
-    device_seq = PrimaryKey(str, derive=Concat(["device", "seq"], pad={"seq": 8}), name="key")
-    region = PrimaryKey(str)
-    seq = Column(int)
-    device = Column(str)
-'''
-
 
 def _target(ots_instance) -> list[str]:
     return ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
@@ -143,10 +120,10 @@ def test_drift_made_outside_tsmigrate_is_listed(tmp_path: Path, ots_instance):
 def test_a_rewrite_in_progress_shows_its_phase_and_rows(tmp_path: Path, ots_instance):
     proj = tmp_path
     (proj / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
-    (proj / "app_models.py").write_text(REWRITE_V1)
+    (proj / "app_models.py").write_text(rt.MODELS_V1)
     assert _cli(proj, ots_instance, "apply", "--yes").returncode == 0
     rt.fill(ots_instance.client(), 300)
-    (proj / "app_models.py").write_text(REWRITE_V2)
+    (proj / "app_models.py").write_text(rt.MODELS_V2)
     applied = _cli(proj, ots_instance, "apply", "--yes")
     assert applied.returncode == 0, applied.stderr
     text, data = _status(proj, ots_instance)

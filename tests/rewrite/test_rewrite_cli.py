@@ -20,29 +20,6 @@ from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRE
 from tsmigrate.rewrite import driver, machine
 from tsmigrate.rewrite.job import RewriteJob
 
-V1 = '''
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.keys import HashPrefix
-
-
-class Reading(Model, table="readings", max_versions=3, max_time_deviation="366d"):
-    pk = PrimaryKey(str, derive=HashPrefix("device", length=4, sep="|"))
-    seq = PrimaryKey(int)
-    device = Column(str)
-'''
-V2 = '''
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.keys import Concat
-
-
-class ReadingV2(Model, table="readings_by_seq", replaces="readings", max_versions=3,
-                max_time_deviation="366d"):
-    device_seq = PrimaryKey(str, derive=Concat(["device", "seq"], pad={"seq": 8}), name="key")
-    region = PrimaryKey(str)
-    seq = Column(int)
-    device = Column(str)
-'''
-
 
 def _project(root: Path, models: str) -> Path:
     (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
@@ -68,10 +45,10 @@ def _run(cwd: Path, ots, *args: str) -> subprocess.CompletedProcess:
 
 
 def _source(tmp_path: Path, ots, rows: int) -> Path:
-    project = _project(tmp_path, V1)
+    project = _project(tmp_path, rt.MODELS_V1)
     assert _run(project, ots, "apply", "--yes").returncode == 0
     rt.fill(ots.client(), rows)
-    (project / "app_models.py").write_text(V2)
+    (project / "app_models.py").write_text(rt.MODELS_V2)
     return project
 
 
