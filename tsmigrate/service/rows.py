@@ -163,12 +163,11 @@ def put_op(
         yield from _guarded(codec, call, table, key, values.get(codec.version), token, "put", retry)
         values[codec.version] = next_version
         return row
-    written = dict(cells)
     yield from _conditional(
         codec, Call("put_row", table, md.Row(key, cells),
                     md.Condition(existence, sdk_condition(condition, codec)), once=True),
         table, key, "put", retry, repeatable=True,
-        landed=lambda stored: stored == written,
+        landed=lambda stored: stored == dict(cells),
     )
     return row
 
@@ -323,15 +322,13 @@ def update_op(
                     md.Condition(existence, sdk_condition(_and(guard, condition), codec)))
         yield from _guarded(codec, call, table, key, values.get(codec.version), token, "update", retry)
     else:
-        puts = dict(cells.get(md.UpdateType.PUT, ()))
-        removed = cells.get(md.UpdateType.DELETE_ALL, ())
         yield from _conditional(
             codec, Call("update_row", table, md.Row(key, cells),
                         md.Condition(existence, sdk_condition(condition, codec)), once=True),
             table, key, "update", retry, repeatable=md.UpdateType.INCREMENT not in cells,
             landed=lambda stored: stored is not None
-            and all(stored.get(c) == v for c, v in puts.items())
-            and not any(c in stored for c in removed),
+            and all(stored.get(c) == v for c, v in cells.get(md.UpdateType.PUT, ()))
+            and not any(c in stored for c in cells.get(md.UpdateType.DELETE_ALL, ())),
         )
     if isinstance(target, Model):
         for name, value in (set or {}).items():
