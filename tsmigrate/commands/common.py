@@ -103,6 +103,15 @@ def load_catalog(project_dir: Path | None, models: tuple[str, ...],
     return project, compile_models(import_models(project.models, project.root), tolerate=tolerate)
 
 
+def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
+    """The project and its migration scripts (``migrations`` of the configuration)."""
+    from tsmigrate.config import load_project
+    from tsmigrate.versions.scripts import ScriptDirectory
+
+    project = load_project(project_dir, models)
+    return project, ScriptDirectory.from_project(project)
+
+
 def inspect_target(project, target_name, endpoint, instance):
     """The target and its live catalog (read calls only)."""
     from tsmigrate import adapter

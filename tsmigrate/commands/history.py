@@ -39,7 +39,8 @@ def history_command(project, target_name, endpoint, instance, limit, fmt, revisi
 
         revisions = load_project(project).settings.get("workflow") == "versioned"
     if revisions:
-        from tsmigrate.commands.revisions import revision_history, script_directory
+        from tsmigrate.commands.common import script_directory
+        from tsmigrate.commands.revisions import revision_history
 
         _, directory = script_directory(project)
         click.echo(revision_history(directory, fmt, limit), nl=False)

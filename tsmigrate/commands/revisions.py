@@ -18,6 +18,7 @@ from tsmigrate.commands.common import (
     models_option,
     project_option,
     reports_errors,
+    script_directory,
 )
 
 # `tsmigrate check` exit codes (besides 0 and 1 for bad input), in the order checks are reported.
@@ -25,14 +26,6 @@ EXIT_SUM_MISMATCH = 4
 EXIT_MULTIPLE_HEADS = 5
 EXIT_REPLAY_FAILS = 6
 EXIT_UNCAPTURED_CHANGES = 7
-
-
-def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
-    from tsmigrate.config import load_project
-    from tsmigrate.versions.scripts import ScriptDirectory
-
-    project = load_project(project_dir, models)
-    return project, ScriptDirectory.from_project(project)
 
 
 def _relative(path: Path) -> str:

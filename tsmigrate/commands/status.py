@@ -46,11 +46,12 @@ def status_command(project, target_name, endpoint, instance, fmt):
 
 def _revisions_section(project_dir):
     """The versioned workflow's section: the revision(s) the target is at, as `current` shows."""
-    from tsmigrate.commands.versioned import _directory, current_data, current_text
+    from tsmigrate.commands.common import script_directory
+    from tsmigrate.commands.versioned import current_data, current_text
     from tsmigrate.status import Report, Section
     from tsmigrate.versions import runner
 
-    _project, directory = _directory(project_dir)
+    _project, directory = script_directory(project_dir)
 
     def read(ctx):
         data = current_data(directory, runner.read_applied(ctx.client))

@@ -14,7 +14,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from tsmigrate.commands.common import err_console, project_option, reports_errors, with_target
+from tsmigrate.commands.common import (
+    err_console,
+    project_option,
+    reports_errors,
+    script_directory,
+    with_target,
+)
 
 run_options = [
     click.option("--allow-destructive", is_flag=True,
@@ -34,13 +40,6 @@ def with_run_options(command: Any) -> Any:
     for option in reversed(run_options):
         command = option(command)
     return command
-
-
-def _directory(project_dir: Any) -> tuple[Any, Any]:
-    from tsmigrate.config import load_project
-
-    project = load_project(project_dir)
-    return project, _load_directory(project)
 
 
 def _target(project: Any, target_name: Any, endpoint: Any, instance: Any) -> Any:
@@ -75,7 +74,7 @@ def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, insta
     from tsmigrate.target import connect
     from tsmigrate.versions import runner
 
-    project, directory = _directory(project_dir)
+    project, directory = script_directory(project_dir)
     target = _target(project, target_name, endpoint, instance)
     package = runner.package_of(project)
     console = Console(highlight=False, soft_wrap=True)
@@ -209,7 +208,7 @@ def current(project, target_name, endpoint, instance, fmt):
     from tsmigrate.target import connect
     from tsmigrate.versions import runner
 
-    proj, directory = _directory(project)
+    proj, directory = script_directory(project)
     target = _target(proj, target_name, endpoint, instance)
     with adapter.service_errors(target.describe()), connect(proj, target) as client:
         data = current_data(directory, runner.read_applied(client))
@@ -270,8 +269,9 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
     from tsmigrate.state import STATE_TABLE
     from tsmigrate.target import connect
     from tsmigrate.versions import runner
+    from tsmigrate.versions.scripts import ScriptDirectory
 
-    directory = _load_directory(project)
+    directory = ScriptDirectory.from_project(project)
     target = _target(project, target_name, endpoint, instance)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         applied = runner.read_applied(client)
@@ -319,9 +319,3 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
             click.echo("no drift: the instance matches the schema of its applied revisions")
     if detailed_exitcode and (pending or drift.has_changes):
         sys.exit(EXIT_CHANGES)
-
-
-def _load_directory(project: Any) -> Any:
-    from tsmigrate.versions.scripts import ScriptDirectory
-
-    return ScriptDirectory.from_project(project)
