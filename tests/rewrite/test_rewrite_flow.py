@@ -82,6 +82,31 @@ def test_apply_takes_the_rewrite_to_ready_and_finish_completes_it(ots_instance):
     assert rt.SOURCE.name in client.list_table()  # kept without --allow-destructive
 
 
+def test_verification_reads_again_the_source_splits_the_stream_saw_change(ots_instance):
+    """Untouched splits are verified against their copy's totals, and only those: a source row
+    changed after the copy puts its split's source rows under a re-read."""
+    from tsmigrate.rewrite import splits
+
+    client = _source(ots_instance, 600)
+    _rewrite(client)
+    rewrite = machine.load(client, TARGET.name)
+    ranges = splits.load(client, _job(client).id)
+    assert len(ranges) > 1
+    assert rewrite.get("touched_splits") == []
+    assert rewrite.get("verification")["splits_from_copy"] == len(ranges)  # a quiet source
+
+    key, _ = rt.source_row(123, int(time.time() * 1000))
+    client.update_row(rt.SOURCE.name, ts.Row(key, {"put": [("note", "changed after the copy")]}),
+                      ts.Condition("IGNORE"))
+    with _runner(client) as runner:
+        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+    touched = done.get("touched_splits")
+    assert touched == [splits.split_of(ranges, key)]
+    assert done.get("verification")["ok"]
+    assert done.get("verification")["splits_from_copy"] == len(ranges) - 1
+    _equal(client)
+
+
 def test_capture_moves_rows_deletes_and_never_resurrects(ots_instance):
     client = _source(ots_instance, 300)
     _rewrite(client)

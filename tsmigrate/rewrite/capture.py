@@ -20,6 +20,9 @@ order, so records may be applied twice (after a kill) or out of order across sha
   the next run reads those records again.
 - Shards: a shard's children are read only once its parents (a split has one, a merge two)
   were read to their end, so the records of one key are seen in order.
+- Every split a record touches is kept (``touched``, saved with the position): verification
+  takes the source totals of a split no record touched from its backfill checkpoint, since the
+  stream proves those rows have not changed since the copy read them.
 - An iterator that points at trimmed records (the stream expired them, or the capture was
   stopped longer than the stream keeps records) stops the rewrite: the target may have missed
   changes, and the only safe way on is to start the rewrite again.
@@ -99,6 +102,7 @@ class Capture:
         split_of: Callable[[Key], int],
         split_done: Callable[[int], bool],
         writer: Any,
+        touched: Iterable[int] | None = (),
     ):
         self.client = client
         self.raw = RawClient(client)
@@ -115,6 +119,9 @@ class Capture:
         # split index -> source key -> old target keys to delete if the row moved away
         self.dirty: dict[int, dict[Key, set[Key]]] = {}
         self.finished_splits: set[int] = set()
+        # Splits any record touched since capture started; None: not known (a rewrite prepared
+        # before splits were tracked), so verification reads every split's source rows.
+        self.touched: set[int] | None = None if touched is None else set(touched)
         self.stats = Stats()
 
     # -- the position ----------------------------------------------------------------------------
@@ -217,6 +224,8 @@ class Capture:
             source_key = _key(record.row.primary_key)
             old = self._old_target_key(record)
             split = self.split_of(source_key)
+            if self.touched is not None:
+                self.touched.add(split)
             for cell in record.row.cells:
                 if cell.timestamp:
                     self.stats.last_record_ms = max(self.stats.last_record_ms, cell.timestamp)
@@ -294,10 +303,6 @@ class Capture:
 
     def _read_rows(self, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
         return read_rows(self.client, table, keys, versions)
-
-    def resync_all(self, keys: Iterable[Key]) -> None:
-        """Re-sync source keys outside the stream (a verification found them differing)."""
-        self.sync({key: set() for key in keys})
 
 
 def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:

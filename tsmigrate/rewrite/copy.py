@@ -117,15 +117,16 @@ def copy_split(
 
 
 def sample_check(
-    spec: ConnectionSpec, job: RewriteJob, n: int = 1000, client: OTSClient | None = None
+    spec: ConnectionSpec, job: RewriteJob, n: int = 1000, client: OTSClient | None = None,
+    ranges: Sequence[splits.Split] | None = None,
 ) -> int:
-    """Transform about ``n`` source rows taken from the start of every key range, writing
-    nothing: a row the transform rejects raises TransformError (naming its key) before the
-    copy begins. Returns how many rows were checked."""
+    """Transform about ``n`` source rows taken from the start of every key range (``ranges``,
+    or ranges computed for four workers), writing nothing: a row the transform rejects raises
+    TransformError (naming its key) before the copy begins. Returns how many rows were checked."""
     client = client or spec.client()
     raw = RawClient(client)
     transform = build(job)
-    ranges = splits.compute(client, job.source, workers=4)
+    ranges = ranges or splits.compute(client, job.source, workers=4)
     per_range = max(1, math.ceil(n / len(ranges)))
     checked = 0
     for split in ranges:

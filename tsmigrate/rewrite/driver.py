@@ -81,10 +81,13 @@ def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
         split_of=splits.locator(split_list),
         split_done=lambda index: checkpoints.split_done(client, job.id, index),
         writer=writer,
+        touched=rewrite.doc.get("touched_splits"),
     )
 
 
 def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> None:
+    if capture.touched is not None:  # saved with the position it is true of
+        extra["touched_splits"] = sorted(capture.touched)
     runner.save(capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
                 capture_stats=attrs.asdict(capture.stats), **extra)
 
@@ -246,6 +249,17 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
     return result
 
 
+def copied_totals(client: Any, job: RewriteJob, capture: capture_mod.Capture) -> dict[int, tuple[int, int]]:
+    """Source (rows, digest) of the splits no stream record touched since capture started, as
+    their backfill read them: the stream proves those source rows are unchanged since."""
+    from tsmigrate.rewrite import checkpoints
+
+    if capture.touched is None:
+        return {}
+    return {c.index: (c.rows, c.digest) for c in checkpoints.list_splits(client, job.id)
+            if c.done and c.index not in capture.touched}
+
+
 def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runner,
                         capture: capture_mod.Capture, report: Report, since_ms: int | None) -> None:
     """Verify; re-check rows that differ (they may have changed while verification read them).
@@ -256,8 +270,14 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
     rewrite = runner.rewrite
     job = job_of(rewrite)
     with heartbeat(runner, report):
-        result = verify.verify(spec, job, _splits(client, rewrite))
+        result = verify.verify(spec, job, _splits(client, rewrite),
+                               copied=copied_totals(client, job, capture))
     report("verify", {"ok": result.ok})
+    differing = {v.index for v in result.per_split if not v.ok}
+    if differing and capture.touched is not None:
+        # Whatever made them differ, later verifications read these splits' source rows again.
+        capture.touched |= differing
+        _save_capture(runner, capture)
     if result.collisions:
         listed = "; ".join(str(c) for c in result.collisions[:10])
         runner.save(verification=_verification(result, []))
@@ -314,6 +334,7 @@ def _verification(result: Any, accepted: list[str], blocking: list[str] = ()) ->
         "at_ms": machine.now_ms(),
         "rows_source": result.source_rows,
         "rows_target": result.target_rows,
+        "splits_from_copy": result.source_from_copy,
         "collisions": [str(c) for c in result.collisions[:20]],
         "changed_meanwhile": len(accepted),
         "first_differences": list(blocking[:10]),

@@ -102,7 +102,8 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
     from tsmigrate.rewrite import copy, splits, transform
 
     rewrite = runner.rewrite
-    copy.sample_check(spec, job, SAMPLE_ROWS, client=client)
+    kept = splits.plan(client, job.id, job.source, workers)  # the job's ranges, kept once
+    copy.sample_check(spec, job, SAMPLE_ROWS, client=client, ranges=kept)
     raw = RawClient(client)
     if not rewrite.get("target_checked"):
         if target_has_rows(client, job.target.name, job.target.primary_key_names):
@@ -120,9 +121,9 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
         was = enable_stream(raw, job.source.name, key_sources)
         rewrite = runner.save(stream_was=was)
     if "capture" not in rewrite.doc:
-        rewrite = runner.save(capture=capture_start(raw, job.source.name))
+        # No record has touched a split yet: verification may take their copies' totals.
+        rewrite = runner.save(capture=capture_start(raw, job.source.name), touched_splits=[])
     if "estimate" not in rewrite.doc:
-        kept = splits.plan(client, job.id, job.source, workers)  # the job's ranges, kept once
         rewrite = runner.save(estimate={"bytes": sum(s.estimated_bytes for s in kept),
                                         "splits": len(kept)})
     runner.save(phase=machine.BACKFILL, backfill_started_ms=machine.now_ms())

@@ -106,7 +106,9 @@ def status_text(data: dict[str, Any]) -> str:
         state = "ok" if verification.get("ok") else "FAILED"
         lines.append(f"  verification: {state}"
                      + (f", {verification['changed_meanwhile']} row(s) changed meanwhile"
-                        if verification.get("changed_meanwhile") else ""))
+                        if verification.get("changed_meanwhile") else "")
+                     + (f", source totals of {verification['splits_from_copy']} unchanged "
+                        "split(s) from their copy" if verification.get("splits_from_copy") else ""))
         for key in verification.get("first_differences", []):
             lines.append(f"    differs: {key}")
     else:
