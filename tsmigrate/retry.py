@@ -156,6 +156,14 @@ class TsmigrateRetryPolicy(RetryPolicy):
 RETRY_POLICY = TsmigrateRetryPolicy()
 
 
+# An endpoint that never answered in this process and refuses connections (or has no address)
+# is most likely mistyped or not started: it gets this many retries, not the policy's dozen,
+# so `tsmigrate plan` against it says "cannot reach" at once. One that answered before gets
+# the full policy: a deploy's network that drops out mid-run.
+FIRST_CONTACT_RETRIES = 2
+_answered: set[str] = set()  # endpoints that answered in this process
+
+
 class RetryingConnection:
     """The SDK's connection pool, with socket errors retried by the client's policy (the SDK
     retries only errors the service answered)."""
@@ -166,15 +174,21 @@ class RetryingConnection:
 
     def send_receive(self, url: str, headers: dict[str, str], body: bytes) -> Any:
         api = url.rsplit("/", 1)[-1]
+        endpoint = getattr(self.inner, "host", "")
         attempt = 0
         while True:
             try:
-                return self.inner.send_receive(url, headers, body)
+                response = self.inner.send_receive(url, headers, body)
+                _answered.add(endpoint)
+                return response
             except NETWORK_ERRORS as exc:
                 policy = self._client.retry_policy
                 if not isinstance(policy, TsmigrateRetryPolicy) or not policy.should_retry(
                     attempt, exc, api
                 ):
+                    raise
+                if (attempt >= FIRST_CONTACT_RETRIES and endpoint not in _answered
+                        and isinstance(_cause(exc), _NOT_SENT)):
                     raise
                 time.sleep(policy.get_retry_delay(attempt, exc, api))
                 attempt += 1

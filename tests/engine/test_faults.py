@@ -177,14 +177,14 @@ class BreakingProxy:
     """Relays TCP to the server; a seeded fraction of client requests is dropped: the connection
     is closed instead of forwarding (the client sees a broken connection, never an answer)."""
 
-    def __init__(self, upstream: str, fraction: float, seed: int):
+    def __init__(self, upstream: str, fraction: float, seed: int, listen_port: int = 0):
         host, port = upstream.removeprefix("http://").split(":")
         self.upstream = (host, int(port))
         self.fraction = fraction
         self.random = random.Random(seed)
         self.lock = threading.Lock()
         self.dropped = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", listen_port))
         self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -217,6 +217,8 @@ class BreakingProxy:
             sink.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accepting thread: the port stops listening
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
 
 
@@ -232,3 +234,49 @@ def test_plan_and_apply_survive_broken_connections(ots_instance, fast_retries):
         assert proxy.dropped > 5
     finally:
         proxy.close()
+
+
+def _attempts(client: OTSClient) -> list[str]:
+    """Count the requests the client's connection sends (its retries included)."""
+    sent: list[str] = []
+    inner = client.connection.inner
+    send = inner.send_receive
+
+    def counted(url, headers, body):
+        sent.append(url)
+        return send(url, headers, body)
+
+    inner.send_receive = counted
+    return sent
+
+
+def test_an_endpoint_that_never_answered_is_given_up_soon_one_that_did_is_retried(ots_instance):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]  # closed again: nothing listens there
+    credentials = (ots_instance.access_key_id, ots_instance.access_key_secret, ots_instance.instance)
+    nobody = retry.install(OTSClient(f"http://127.0.0.1:{port}", *credentials))
+    sent = _attempts(nobody)
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        nobody.list_table()
+    assert len(sent) == retry.FIRST_CONTACT_RETRIES + 1  # not the policy's 12 retries
+
+    # Through a relay that answered once, then refuses connections for a while: retried until
+    # it is back, by the full policy.
+    relay = BreakingProxy(ots_instance.endpoint, fraction=0, seed=0)
+    relay_port = int(relay.endpoint.rsplit(":", 1)[1])
+    client = retry.install(OTSClient(relay.endpoint, *credentials))
+    sent = _attempts(client)
+    assert client.list_table() is not None
+    relay.close()
+    back: list[BreakingProxy] = []
+    restart = threading.Timer(1.0, lambda: back.append(
+        BreakingProxy(ots_instance.endpoint, fraction=0, seed=0, listen_port=relay_port)))
+    restart.start()
+    try:
+        client.connection.inner.pool.clear()  # no kept-alive connection: new ones are refused
+        assert client.list_table() is not None
+        assert len(sent) > 1 + retry.FIRST_CONTACT_RETRIES + 1
+    finally:
+        restart.join()
+        for proxy in back:
+            proxy.close()
