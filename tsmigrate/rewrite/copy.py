@@ -88,16 +88,30 @@ def copy_split(
             buf, following = read_page(raw, job.source.name, start, end, rows, versions(job))
             return transform.page(buf), following
 
-        # The next page is read and transformed while this one is written, so the target
-        # receives writes without pauses; one page ahead bounds the memory.
+        def record(written: Callable[[], None], after: SplitCheckpoint) -> bool:
+            """Once a page's rows are written, keep its checkpoint; whether to stop here."""
+            written()
+            checkpoints.save(client, job.id, after)
+            if on_page is not None:
+                on_page(after)
+            return not after.done and checkpoints.stop_requested(client, job.id)
+
+        # The next page is read and transformed while this one is written, and its writes are
+        # queued before this page's checkpoint is kept: the target receives writes without
+        # pauses, checkpoint round trips included. Two pages ahead at most bound the memory.
         with writer, ThreadPoolExecutor(1, thread_name_prefix="rewrite-read") as reader:
             first = min(FIRST_PAGE_ROWS, PAGE_ROWS)
             ahead = reader.submit(fetch, state.next_start or split.start_bytes, first)
+            unrecorded: tuple[Callable[[], None], SplitCheckpoint] | None = None
             while True:
                 page, following = ahead.result()
                 if following is not None:
                     ahead = reader.submit(fetch, following)
-                writer.put(page.rows)
+                written = writer.put_async(page.rows)
+                if unrecorded is not None and record(*unrecorded):
+                    # Stopped: this page's writes finish, but only the pages before it count.
+                    state = unrecorded[1]
+                    return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed, True)
                 state = attrs.evolve(
                     state,
                     status=DONE if following is None else RUNNING,
@@ -106,13 +120,10 @@ def copy_split(
                     bytes=state.bytes + page.bytes,
                     digest=(state.digest + page.digest) & DIGEST_MASK,
                 )
-                checkpoints.save(client, job.id, state)
-                if on_page is not None:
-                    on_page(state)
+                unrecorded = written, state
                 if following is None:
                     break
-                if checkpoints.stop_requested(client, job.id):  # one read per page
-                    return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed, True)
+            record(*unrecorded)
     return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed)
 
 

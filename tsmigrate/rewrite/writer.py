@@ -9,6 +9,8 @@ jittered delays. A row that fails for good raises WriteError naming its key.
 With ``in_flight`` > 1 the requests of one ``put`` are sent that many at a time, so the service
 always has the next request while the client reads an answer (or waits for its interpreter lock);
 ``put`` returns once every row is written, so a caller's checkpoint still follows its writes.
+``put_async`` starts the writes and returns a wait: a caller can queue its next rows before it
+waits for these and records them, so the requests run on across its checkpoint round trips.
 
 ``RateLimiter`` paces rows per second (``--max-rows-per-s``), shared by the threads of a process.
 """
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import attrs
@@ -98,6 +100,16 @@ class BatchWriter:
         """Write encoded rows (HEADER + row each), whole rows, timestamps as given."""
         self._write(pb.PUT, rows)
 
+    def put_async(self, rows: Sequence[bytes]) -> Callable[[], None]:
+        """Start writing encoded rows; the returned call returns once every one is written
+        (raising the first failure). Without a pool of writers, they are written before this
+        returns."""
+        if self._pool is None:
+            self._write(pb.PUT, rows)
+            return _written
+        sent = [self._pool.submit(self._send, pb.PUT, batch) for batch in _batches(rows)]
+        return lambda: _wait_all(sent)
+
     def delete(self, keys: Sequence[bytes]) -> None:
         """Delete rows by encoded key (HEADER + a row with the delete marker)."""
         self._write(pb.DELETE, keys)
@@ -108,11 +120,7 @@ class BatchWriter:
             for batch in batches:
                 self._send(kind, batch)
             return
-        # Every request is waited for; then the first failure is raised.
-        sent = [self._pool.submit(self._send, kind, batch) for batch in batches]
-        wait(sent)
-        for request in sent:
-            request.result()
+        _wait_all([self._pool.submit(self._send, kind, batch) for batch in batches])
 
     def _send(self, kind: int, rows: list[bytes]) -> None:
         self.limiter.acquire(len(rows))
@@ -163,6 +171,17 @@ class BatchWriter:
             failed.append(row)
             error = exc
         return failed, error
+
+
+def _wait_all(sent: list[Future[None]]) -> None:
+    """Every request is waited for; then the first failure is raised."""
+    wait(sent)
+    for request in sent:
+        request.result()
+
+
+def _written() -> None:
+    """The wait of writes that are already done."""
 
 
 def _batches(rows: Sequence[bytes]) -> Iterator[list[bytes]]:
