@@ -9,7 +9,10 @@ Measured side by side in one run, on the same rows and the same server:
   checkpoints; run in a forked child process whose peak RSS (with its workers) is reported;
 - naive: the seeds' loop, page through get_range and put_row each transformed row (SDK);
 - ceiling: the same target rows, pre-encoded and pre-signed into BatchWriteRow requests of 200
-  rows, replayed from `--workers` parallel connections: what the server itself can take.
+  rows, replayed from `--workers` parallel connections: what the server itself can take;
+- apply: the whole rewrite as a user runs it, `tsmigrate apply` on a model that replaces the
+  source (prepare, the backfill with change capture, catch-up and verification), printed as
+  `apply_rows_per_s=X apply_vs_ceiling=Y` before the last line.
 
 Threads and processes are compared side by side (`--executor both`, the default), and the
 faster is the rewrite's figure. The machine may be shared: rewrite and ceiling take turns
@@ -31,6 +34,9 @@ import multiprocessing
 import os
 import resource
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -176,6 +182,39 @@ def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
     return result
 
 
+# -- the whole rewrite, as `tsmigrate apply` runs it ---------------------------------------------
+
+MODELS = """
+from tsmigrate import Column, Model, PrimaryKey
+
+
+class Serp(Model, table="serp_by_keyword", replaces="serp_snapshots", max_time_deviation="365d"):
+    keyword = PrimaryKey(str)
+    day = PrimaryKey(str)
+    request_id = PrimaryKey(str)
+    credits = Column(int)
+    payload = Column(str)
+    status = Column(str)
+"""
+
+
+def end_to_end(endpoint: str, rows: int, workers: int) -> float:
+    """`tsmigrate apply` in a subprocess on a project whose model replaces the source: prepare,
+    the backfill with change capture, catch-up and verification, up to phase ready."""
+    with tempfile.TemporaryDirectory() as root:
+        project = Path(root)
+        (project / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["bench_models"]\n')
+        (project / "bench_models.py").write_text(MODELS)
+        env = {**os.environ, "TSMIGRATE_ENDPOINT": endpoint, "TSMIGRATE_INSTANCE": INSTANCE}
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--workers",
+                               str(workers)], cwd=project, env=env, capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+    if done.returncode != 0 or "ready" not in done.stdout:
+        raise SystemExit(f"tsmigrate apply failed ({done.returncode}): {done.stderr[-2000:]}")
+    return rows / elapsed
+
+
 # -- the naive loop and the ceiling -----------------------------------------------------------
 
 
@@ -319,6 +358,9 @@ def main() -> None:
         ceiling_rate = max(ceilings)
         naive_rate = naive(client, "naive", min(args.rows, NAIVE_ROWS))
         print(f"naive get_range/put_row: {naive_rate:,.0f} rows/s", flush=True)
+        apply_rate = end_to_end(endpoint, args.rows, args.workers)
+        print(f"tsmigrate apply (prepare, backfill with capture, catch-up, verification), "
+              f"{args.workers} workers: {apply_rate:,.0f} rows/s", flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -326,6 +368,7 @@ def main() -> None:
         # Threads: eight worker processes would take the two cores' time from the server.
         print(scaling(args.scaling_rows, args.latency_ms, processes=False), flush=True)
     rate = best["rows_per_s"]
+    print(f"apply_rows_per_s={apply_rate:.0f} apply_vs_ceiling={apply_rate / ceiling_rate:.2f}")
     print(
         f"rows={args.rows} rewrite_rows_per_s={rate:.0f} naive_rows_per_s={naive_rate:.0f} "
         f"ceiling_rows_per_s={ceiling_rate:.0f} vs_naive={rate / naive_rate:.2f} "
