@@ -92,6 +92,23 @@ def test_the_size_estimate_comes_from_the_split_points(ots_instance) -> None:
     assert unit * (estimate.splits - 1) <= estimate.bytes <= unit * estimate.splits
 
 
+def test_ranges_for_a_table_of_known_size_take_one_call(ots_instance, monkeypatch) -> None:
+    _, job, client = rt.setup(ots_instance, 3000)
+    estimate = splits.estimate(client, job.source.name)
+    calls = []
+    asked = splits.RawClient.compute_split_points_by_size
+    monkeypatch.setattr(splits.RawClient, "compute_split_points_by_size",
+                        lambda self, *args: calls.append(args) or asked(self, *args))
+    blind = splits.compute(client, job.source, workers=2)
+    blind_calls, calls[:] = len(calls), []
+    hinted = splits.compute(client, job.source, workers=2, size_hint=estimate.bytes)
+    assert blind_calls > 1 and len(calls) == 1
+    want = 2 * splits.SPLITS_PER_WORKER
+    assert want // 2 <= len(hinted) <= 2 * want and len(blind) >= want // 2
+    # A hint far off still ends with enough ranges: the unit is divided as without one.
+    assert len(splits.compute(client, job.source, workers=2, size_hint=10**12)) >= want // 2
+
+
 def test_a_target_keeping_fewer_versions_gets_the_newest_ones_and_verifies(ots_instance) -> None:
     client = ots_instance.client()
     rt.State(client).ensure_table()

@@ -271,7 +271,8 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
     job = job_of(rewrite)
     with heartbeat(runner, report):
         result = verify.verify(spec, job, _splits(client, rewrite),
-                               copied=copied_totals(client, job, capture))
+                               copied=copied_totals(client, job, capture),
+                               target_bytes=(rewrite.get("backfill") or {}).get("bytes"))
     report("verify", {"ok": result.ok})
     differing = {v.index for v in result.per_split if not v.ok}
     if differing and capture.touched is not None:

@@ -153,10 +153,12 @@ def verify(
     client: OTSClient | None = None,
     workers: int = 4,
     copied: Mapping[int, tuple[int, int]] | None = None,
+    target_bytes: int | None = None,
 ) -> VerifyReport:
     """Compare source and target; ``workers`` ranges are read at a time on each side.
     ``copied``: split index -> (rows, digest) of source rows known unchanged since they were
-    copied; those splits' source rows are not read again."""
+    copied; those splits' source rows are not read again. ``target_bytes``: about the target's
+    size (what the backfill wrote), to cut its ranges in one call."""
     client = client or spec.client()
     raw = RawClient(client)
     transform = build(job)
@@ -182,7 +184,7 @@ def verify(
         source = {index: (count, digest) for index, count, digest in pool.map(source_totals, splits)}
         target: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
         # The target is read in ranges of its own split points.
-        for part in pool.map(target_totals, compute(client, transform.target, workers)):
+        for part in pool.map(target_totals, compute(client, transform.target, workers, target_bytes)):
             for index, (count, digest) in part.items():
                 target[index][0] += count
                 target[index][1] += digest
