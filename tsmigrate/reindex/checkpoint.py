@@ -29,6 +29,9 @@ CREATE, BUILD, VERIFY, SHIFT, SWITCH, DROP, DONE = (
     "create", "build", "verify", "shift", "switch", "drop", "done",
 )
 STAGES = (CREATE, BUILD, VERIFY, SHIFT, SWITCH, DROP, DONE)
+# How long each traffic weight is held by default; also what a checkpoint saved before the hold
+# was kept in it resumes with.
+DEFAULT_HOLD_S = 60.0
 
 
 def reindex_name(index: str) -> str:
@@ -47,7 +50,7 @@ class Checkpoint:
     weights_done: int = 0  # how many of ``weights`` were set
     started_ms: int = 0
     updated_ms: int = 0
-    hold_s: float = 60.0  # how long each weight is held (kept for a resume, like the weights)
+    hold_s: float = DEFAULT_HOLD_S  # how long each weight is held (kept for a resume, like the weights)
 
     @property
     def reindex(self) -> str:
@@ -95,7 +98,7 @@ def _parse(row_id: str, row: dict[str, Any]) -> Checkpoint:
             weights=tuple(int(w) for w in json.loads(row.get("weights", "[]"))),
             weights_done=int(row.get("weights_done", 0)),
             started_ms=int(row.get("started_ms", 0)), updated_ms=int(row.get("updated_ms", 0)),
-            hold_s=float(row.get("hold_s", 60.0)),
+            hold_s=float(row.get("hold_s", DEFAULT_HOLD_S)),
         )
     except Exception as exc:  # any shape of damage: a missing column, bad JSON, a bad IR
         raise StateRowError(

@@ -47,7 +47,7 @@ class ReindexSettings:
     incremental sync with the sync point at most ``max_lag_s`` behind."""
 
     weights: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    hold_s: float = 60.0
+    hold_s: float = cpt.DEFAULT_HOLD_S
     max_lag_s: float = 5.0
     poll_s: float = 1.0
     timeout_s: float = 24 * 3600.0  # a build that makes no progress this long fails the stage
