@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import clirun
+
 CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "local", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-secret"}
 
 
@@ -18,8 +20,14 @@ def env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
-def run(cwd: Path, *args: str, extra_env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess:
+def run(cwd: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`tsmigrate ARGS` in ``cwd``, in this process (``clirun``)."""
+    return clirun.run(cwd, *args, extra_env=extra_env)
+
+
+def run_process(cwd: Path, *args: str, extra_env: dict[str, str] | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess:
+    """`tsmigrate ARGS` in a process of its own: for tests where the process is the point."""
     return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
                           capture_output=True, timeout=timeout, env=env(extra_env),
                           stdin=subprocess.DEVNULL)
