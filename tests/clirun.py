@@ -47,9 +47,15 @@ def run(cwd: Path | str, *args: str, extra_env: dict[str, str] | None = None,
         k: None for k in os.environ if k.startswith(("TSMIGRATE_", "ALIBABA_"))
     }
     environment = {**unset, **(extra_env or {})}
+    # Another project's modules (an earlier test's, or the repository's `models`) must not
+    # answer this run's imports, nor its models be found: hidden during the run, put back after.
+    hidden = {name: module for name, module in list(sys.modules.items()) if _is_project_module(module)}
+    for name in hidden:
+        del sys.modules[name]
+    registry = list(model_module._REGISTRY)
+    model_module._REGISTRY.clear()
     modules_before = set(sys.modules)
     path_before = list(sys.path)
-    models_before = len(model_module.registered_models())
     scripts_before = set(scripts_module._CACHE)
     cwd_before = os.getcwd()
     os.chdir(cwd)
@@ -59,12 +65,13 @@ def run(cwd: Path | str, *args: str, extra_env: dict[str, str] | None = None,
     finally:
         os.chdir(cwd_before)
         sys.path[:] = path_before
-        model_module.forget_models(models_before)
+        model_module._REGISTRY[:] = registry
         for path in set(scripts_module._CACHE) - scripts_before:
             del scripts_module._CACHE[path]
         for name in set(sys.modules) - modules_before:
             if _is_project_module(sys.modules[name]) or name.startswith("_tsmigrate_revision_"):
                 del sys.modules[name]
+        sys.modules.update(hidden)
     stderr = result.stderr
     code = result.exit_code
     if result.exception is not None and not isinstance(result.exception, SystemExit):

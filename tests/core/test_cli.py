@@ -1,4 +1,6 @@
-"""The CLI: ``tsmigrate --version``, ``validate`` and ``show``, in-process and as a real command."""
+"""The CLI: ``tsmigrate --version``, ``validate`` and ``show``: through CliRunner, as a command run
+in process (``clirun``: its own working directory and environment), and twice as the installed
+console script in a process of its own, for its exit status."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import clirun
 import pytest
 from click.testing import CliRunner, Result
 
@@ -219,7 +222,12 @@ def test_a_bad_configuration(runner: CliRunner, tmp_path: Path) -> None:
     assert "cannot read it" in result.stderr
 
 
-# --- a real process ------------------------------------------------------------------------------
+# --- the command in process (clirun), and the console script in a process of its own ------------
+
+
+def command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`tsmigrate ARGS` in ``cwd``, in this process; help is 80 columns wide, as in a pipe."""
+    return clirun.run(cwd, *args, extra_env={"COLUMNS": "80"})
 
 
 def tsmigrate_command() -> list[str]:
@@ -234,7 +242,9 @@ def tsmigrate_command() -> list[str]:
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"}
+    """The console script as a process: what only a process shows is its exit status."""
+    # No bytecode written: the repository checkout is only read.
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
         [*tsmigrate_command(), *args],
         cwd=cwd,
@@ -246,8 +256,8 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_real_validate_in_the_repository() -> None:
-    done = run("validate", cwd=REPO)
+def test_command_validate_in_the_repository() -> None:
+    done = command("validate", cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok: 4 tables, 5 indexes, no problems")
 
@@ -272,18 +282,18 @@ def test_real_validate_of_broken_models(tmp_path: Path) -> None:
     assert "index by_lable" in done.stderr and "[secondary-index.unknown-column]" in done.stderr
 
 
-def test_real_validate_of_a_module_that_fails_to_import(tmp_path: Path) -> None:
+def test_command_validate_of_a_module_that_fails_to_import(tmp_path: Path) -> None:
     module = make_project(tmp_path, "raise RuntimeError('database unreachable')\n")
-    done = run("validate", cwd=tmp_path)
+    done = command("validate", cwd=tmp_path)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert f"cannot import models module '{module}': RuntimeError: database unreachable" in done.stderr
 
 
-def test_real_validate_finds_the_project_from_a_subdirectory(tmp_path: Path) -> None:
+def test_command_validate_finds_the_project_from_a_subdirectory(tmp_path: Path) -> None:
     make_project(tmp_path, BROKEN_MODELS)
     (tmp_path / "deep" / "er").mkdir(parents=True)
-    done = run("validate", cwd=tmp_path / "deep" / "er")
+    done = command("validate", cwd=tmp_path / "deep" / "er")
     assert done.returncode == 1
     assert "[primary-key.type]" in done.stderr
 
@@ -305,7 +315,7 @@ def _command_summaries(help_text: str) -> dict[str, str]:
 @pytest.mark.parametrize("group", [(), ("rewrite",), ("local",)])
 def test_help_summaries_are_whole_sentences(group: tuple[str, ...], tmp_path: Path) -> None:
     """Every command's summary in a group's --help is a whole sentence, never cut with '...'."""
-    done = run(*group, "--help", cwd=tmp_path)
+    done = command(*group, "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summaries = _command_summaries(done.stdout)
     assert len(summaries) >= (1 if group == ("local",) else 6)

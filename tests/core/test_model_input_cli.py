@@ -3,11 +3,9 @@ the file, the line and what is wrong, exit 1, and print no traceback."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 
 HEADER = "from tsmigrate import *\nfrom tsmigrate.keys import *\n\n\nclass A(Model, table='a'):\n"
@@ -34,14 +32,12 @@ CASES = {
 
 @pytest.mark.parametrize("command", ["validate", "lint"])
 def test_a_bad_model_file_is_an_error_at_its_line(tmp_path: Path, command: str):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TSMIGRATE_")}
     for name, (body, message) in CASES.items():
         project = tmp_path / f"{command}_{name}"
         project.mkdir()
         (project / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
         (project / "app_models.py").write_text(HEADER + body)
-        done = subprocess.run([sys.executable, "-m", "tsmigrate.cli", command], cwd=project,
-                              text=True, capture_output=True, timeout=120, env=environ)
+        done = clirun.run(project, command)
         assert done.returncode == 1, (name, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, (name, done.stderr)
         assert message in done.stderr, (name, done.stderr)

@@ -1,26 +1,19 @@
-"""`tsmigrate plan` / `inspect` end to end: a real subprocess, the embedded local instance."""
+"""`tsmigrate plan` / `inspect` end to end: the command run in process (``clirun``), the embedded
+local instance."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import clirun
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "tsmigrate.cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=120, env=environ,
-    )
+    return clirun.run(cwd, *args, extra_env=env)
 
 
 @pytest.fixture

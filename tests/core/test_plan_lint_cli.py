@@ -1,16 +1,15 @@
 """Lint findings reach every plan output (text, Markdown, JSON, the --out file) and gate apply;
-plan checks names and the table quota against the live instance. Real subprocesses on the
-embedded local instance."""
+plan checks names and the table quota against the live instance. The command run in process
+(``clirun``) on each project's embedded local instance."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import clirun
 import pytest
 import tablestore as ts
 
@@ -39,9 +38,7 @@ class Events(Model, table="events"):
 
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=180, env=environ, stdin=subprocess.DEVNULL)
+    return clirun.run(cwd, *args)
 
 
 def _project(root: Path, source: str, lint: str = "") -> Path:

@@ -41,6 +41,7 @@ def _render(document: dict, tool_tables: dict, newline: str, trailing: bool) -> 
     return text + newline if trailing and text else text
 
 
+@pytest.mark.slow
 @given(document=tables, tool_tables=tables.map(lambda t: {k: v for k, v in t.items() if k != "tsmigrate"}),
        newline=st.sampled_from(["\n", "\r\n"]), trailing=st.booleans())
 def test_the_table_is_appended_and_the_rest_kept(tmp_path_factory, document, tool_tables, newline,

@@ -86,6 +86,7 @@ def shuffled(catalog_dict: dict[str, Any], rnd: random.Random) -> dict[str, Any]
     return _shuffled_keys({**catalog_dict, "tables": rnd.sample(tables, len(tables))}, rnd)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(CATALOGS, st.randoms(use_true_random=False))
 def test_fingerprint_ignores_declaration_order(catalog: Catalog, rnd: random.Random) -> None:
@@ -253,7 +254,8 @@ for line in sys.stdin:
 
 
 def _run(script: str, seed: str, stdin: str = "") -> str:
-    env = {**os.environ, "PYTHONHASHSEED": seed}
+    # A process of its own: another hash seed is the point. No bytecode written into the checkout.
+    env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO,

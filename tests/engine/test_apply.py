@@ -188,6 +188,7 @@ def _apply_checking_every_step(client, models: Catalog):
 # Each example applies two catalogs of up to 3 tables through the server (about 0.3 s each);
 # 25 examples keep the whole suite within CI's minutes while the widened strategy (search
 # indexes created, replaced and added on existing tables, key derivations on) gets exercised.
+@pytest.mark.slow  # 25 examples of two applies each: thousands of requests
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much,
                                  HealthCheck.too_slow])

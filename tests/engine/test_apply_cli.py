@@ -1,19 +1,16 @@
-"""`tsmigrate apply` end to end, in subprocesses: the embedded instance, plan files, a kill."""
+"""`tsmigrate apply` end to end, as the user runs it: the embedded instance, plan files, a kill
+(the one test whose apply runs in a process of its own, to be SIGKILLed)."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import textwrap
+import threading
 import time
 from pathlib import Path
 
-from cliproject import env, run
+from cliproject import cli_process, run
 from cliproject import project as make_project
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_fresh_project_plan_apply_plan(tmp_path: Path):
@@ -57,51 +54,59 @@ def test_destructive_change_needs_the_flag(tmp_path: Path):
     assert run(project, "plan", "--detailed-exitcode").returncode == 0
 
 
-def test_apply_killed_midway_completes_when_run_again(tmp_path: Path):
-    """A real server in its own process, slowed down; the apply is killed after a few steps."""
+def test_apply_killed_midway_completes_when_run_again(tmp_path: Path, ots_instance, monkeypatch):
+    """The apply in its own process, SIGKILLed while a table is being created after two others
+    were; the rerun takes over its lock and finishes."""
     project = make_project(tmp_path, tables=6)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tsmigrate.cli", "local", "serve", "--memory", "--port", "0",
-         "--latency-ms", "60", "--instance", "kill"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env(),
-    )
+    server, instance = ots_instance.server, ots_instance.instance
+    creds = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
+             "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret}
+    target = ["--endpoint", ots_instance.endpoint, "--instance", instance]
+    # The server holds the first CreateTable that arrives once two of the six tables exist,
+    # until the apply that sent it is dead: the kill lands midway, whatever the machine's speed.
+    declared = {f"t{i}" for i in range(6)}
+    held, release, answered = threading.Event(), threading.Event(), threading.Event()
+    admit = server._admit
+
+    def holding_admit(api: str, on: str, now: float) -> None:
+        if api == "CreateTable" and on == instance and not held.is_set():
+            with server.storage.lock:
+                created = [t.name for t in server.storage.tables(on) if t.name in declared]
+            if len(created) >= 2:
+                held.set()
+                try:
+                    release.wait(120)
+                finally:
+                    answered.set()
+        admit(api, on, now)
+
+    monkeypatch.setattr(server, "_admit", holding_admit)
+    victim = cli_process(project, "apply", "--yes", *target, extra_env=creds)
     try:
-        endpoint = server.stdout.readline().strip()
-        assert endpoint.startswith("http://")
-        creds = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "local", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-secret"}
-        target = ["--endpoint", endpoint, "--instance", "kill"]
-        victim = subprocess.Popen(
-            [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", *target], cwd=project,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(creds),
-        )
-        # Wait until some, not all, tables exist, then kill it without a chance to clean up.
-        listing = textwrap.dedent(f"""
-            import tablestore as ts
-            print(len([t for t in ts.OTSClient({endpoint!r}, 'local', 'local-secret', 'kill').list_table()
-                       if t.startswith('t')]))
-        """)
+        # Some, not all, tables exist: kill it without a chance to clean up.
         deadline = time.monotonic() + 120
-        count = 0
-        while count < 2 and time.monotonic() < deadline:
-            listed = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True,
-                                    env=env())
-            assert listed.returncode == 0, listed.stderr
-            count = int(listed.stdout)
-            time.sleep(0.2)
-        assert count >= 2, "the apply created no tables in 120 s"
+        while not held.wait(0.05):
+            if victim.returncode is not None or time.monotonic() > deadline:
+                victim.kill()
+                victim.wait(30)
+                raise AssertionError("the apply never got to a third table: "
+                                     + victim.stderr.read())
         victim.send_signal(signal.SIGKILL)
         # Killed midway, not finished by itself before the signal.
         assert victim.wait(30) == -signal.SIGKILL
-        partial = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
-        assert partial.returncode == 2, partial.stdout + partial.stderr
-        rerun = run(project, "apply", "--yes", *target, extra_env=creds)
-        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-        assert "took over a stale lock" in rerun.stdout
-        final = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
-        assert final.returncode == 0, final.stdout + final.stderr
     finally:
-        server.terminate()
-        server.wait(10)
+        release.set()
+        victim.kill()
+        victim.wait(30)
+        victim.stderr.close()
+    assert answered.wait(30)  # the held call went on (into a closed connection) before the rerun
+    partial = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
+    assert partial.returncode == 2, partial.stdout + partial.stderr
+    rerun = run(project, "apply", "--yes", *target, extra_env=creds)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "took over a stale lock" in rerun.stdout
+    final = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
+    assert final.returncode == 0, final.stdout + final.stderr
 
 
 def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):

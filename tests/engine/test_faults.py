@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import urllib3.exceptions
-from cliproject import CREDENTIALS, project, run, server
+from cliproject import CREDENTIALS, PacingClock, project, run
 from hypothesis import given
 from hypothesis import strategies as st
 from samples import DAY, events
@@ -101,18 +101,23 @@ def test_without_tsmigrates_policy_a_fault_surfaces(ots_instance, ots_server_opt
         live_catalog(client)
 
 
-def test_cli_plan_and_apply_converge_in_one_run(tmp_path: Path):
-    """`local serve --fault` at about 30% on every API, table operations rate-limited too."""
+def test_cli_plan_and_apply_converge_in_one_run(tmp_path: Path, ots_instance, ots_server_options,
+                                                fast_retries, monkeypatch):
+    """Faults at about 30% on every API, table operations rate-limited too (as `local serve
+    --fault ... --table-ops-per-s 40` gives them), against the commands as the user runs them."""
     proj = project(tmp_path, tables=3)
-    spec = f"{MIXED},seed=5"
-    with server("--fault", spec, "--table-ops-per-s", "40") as target:
-        planned = run(proj, "plan", "--detailed-exitcode", *target, extra_env=CREDENTIALS)
-        assert planned.returncode == 2, planned.stdout + planned.stderr
-        applied = run(proj, "apply", "--yes", *target, extra_env=CREDENTIALS)
-        assert applied.returncode == 0, applied.stdout + applied.stderr
-        assert "Applied 6 step(s)." in applied.stdout
-        again = run(proj, "plan", "--detailed-exitcode", *target, extra_env=CREDENTIALS)
-        assert again.returncode == 0, again.stdout + again.stderr
+    ots_server_options.faults = FaultPlan.parse(f"{MIXED},seed=5")
+    ots_server_options.table_ops_per_s = 40
+    # The pacer's waits pass on its clock and the server's at once, not in real time.
+    PacingClock(ots_instance.server).install(monkeypatch)
+    target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
+    planned = run(proj, "plan", "--detailed-exitcode", *target, extra_env=CREDENTIALS)
+    assert planned.returncode == 2, planned.stdout + planned.stderr
+    applied = run(proj, "apply", "--yes", *target, extra_env=CREDENTIALS)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "Applied 6 step(s)." in applied.stdout
+    again = run(proj, "plan", "--detailed-exitcode", *target, extra_env=CREDENTIALS)
+    assert again.returncode == 0, again.stdout + again.stderr
 
 
 # --- the policy itself (pure) ---------------------------------------------------------------------
@@ -198,6 +203,8 @@ class BreakingProxy:
 
     def _serve(self, client: socket.socket) -> None:
         with client, socket.create_connection(self.upstream) as server:
+            for end in (client, server):  # relayed at once, not held back for a delayed ack
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
             while chunk := client.recv(65536):
                 with self.lock:
@@ -236,21 +243,25 @@ def test_plan_and_apply_survive_broken_connections(ots_instance, fast_retries):
         proxy.close()
 
 
-def _attempts(client: OTSClient) -> list[str]:
-    """Count the requests the client's connection sends (its retries included)."""
+def _attempts(client: OTSClient, before=None) -> list[str]:
+    """Count the requests the client's connection sends (its retries included); ``before(sent)``
+    is called as each is about to go."""
     sent: list[str] = []
     inner = client.connection.inner
     send = inner.send_receive
 
     def counted(url, headers, body):
         sent.append(url)
+        if before is not None:
+            before(sent)
         return send(url, headers, body)
 
     inner.send_receive = counted
     return sent
 
 
-def test_an_endpoint_that_never_answered_is_given_up_soon_one_that_did_is_retried(ots_instance, monkeypatch):
+def test_an_endpoint_that_never_answered_is_given_up_soon_one_that_did_is_retried(
+        ots_instance, monkeypatch, fast_retries):
     # A port another test's server answered on earlier in this process would count as known.
     monkeypatch.setattr(retry, "_answered", set())
     with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -263,22 +274,27 @@ def test_an_endpoint_that_never_answered_is_given_up_soon_one_that_did_is_retrie
     assert len(sent) == retry.FIRST_CONTACT_RETRIES + 1  # not the policy's 12 retries
 
     # Through a relay that answered once, then refuses connections for a while: retried until
-    # it is back, by the full policy.
+    # it is back, by the full policy. It comes back for the attempt after as many refused ones
+    # as an endpoint that never answered is given: the client gets there only if it retries on.
     relay = BreakingProxy(ots_instance.endpoint, fraction=0, seed=0)
     relay_port = int(relay.endpoint.rsplit(":", 1)[1])
+    back: list[BreakingProxy] = []
+    refused = retry.FIRST_CONTACT_RETRIES + 1
+
+    def bring_back(sent: list[str]) -> None:
+        if len(sent) == 1 + refused + 1 and not back:
+            back.append(BreakingProxy(ots_instance.endpoint, fraction=0, seed=0,
+                                      listen_port=relay_port))
+
     client = retry.install(OTSClient(relay.endpoint, *credentials))
-    sent = _attempts(client)
+    sent = _attempts(client, bring_back)
     assert client.list_table() is not None
     relay.close()
-    back: list[BreakingProxy] = []
-    restart = threading.Timer(1.0, lambda: back.append(
-        BreakingProxy(ots_instance.endpoint, fraction=0, seed=0, listen_port=relay_port)))
-    restart.start()
     try:
         client.connection.inner.pool.clear()  # no kept-alive connection: new ones are refused
         assert client.list_table() is not None
         assert len(sent) > 1 + retry.FIRST_CONTACT_RETRIES + 1
+        assert back, "the relay was never brought back"
     finally:
-        restart.join()
         for proxy in back:
             proxy.close()

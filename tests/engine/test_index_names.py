@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from clirun import run as _run
 
 OLD = """
 from tsmigrate import Column, GlobalIndex, Model, PrimaryKey
@@ -34,12 +33,6 @@ class Snap(Model, table="snaps", family=Monthly("captured_at", ahead=1)):
     url = Column(str, defined=True)
     by_url = GlobalIndex(keys=["url"])
 """
-
-
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
 
 
 def _models(root: Path, source: str) -> None:

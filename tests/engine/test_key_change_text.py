@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from clirun import run as _run
 
 MODEL = """
 from tsmigrate import Column, Model, PrimaryKey
@@ -16,12 +15,6 @@ class Reading(Model, table="{table}"{replaces}):
     ts = PrimaryKey(int)
     device = Column(str)
 """
-
-
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
 
 
 def _models(root: Path, table: str, length: int, replaces: str = "") -> None:

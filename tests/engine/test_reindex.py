@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tablestore as ts
-from cliproject import CREDENTIALS, env, run
+from cliproject import CREDENTIALS, cli_process, run
 
 from tsmigrate import adapter
 from tsmigrate.apply import ApplyFailed, apply
-from tsmigrate.reindex import checkpoint
+from tsmigrate.reindex import checkpoint, parity
 from tsmigrate.reindex.flow import ReindexSettings
 from tsmigrate.schema import (
     AccessPattern,
@@ -113,21 +112,25 @@ class Traffic:
             thread.join()
 
 
+@pytest.mark.slow  # every stage under live traffic, holds of 0.3 s at three weights
 def test_reindex_with_searches_and_writes_running_throughout(ots_instance, ots_server_options):
     client = ots_instance.client()
     apply(client, Catalog([docs(OLD)]), target_identity=IDENTITY)
     populate(client)
     ots_instance.server.clock_offset += 60  # the index is past its own first full sync
-    ots_server_options.search_full_sync_s = 3  # the rebuild takes a while, in FULL
+    ots_server_options.search_full_sync_s = 3  # the rebuild takes a while, in FULL ...
     events: list[tuple[str, dict]] = []
     weights_seen: list[dict[str, int]] = []
 
     def report(event, data):
         events.append((event, data))
+        if event == "build" and data["phase"] == "full":
+            ots_instance.server.clock_offset += 0.5  # ... of the server's time, not the test's
         if event == "shift":
             described = adapter.RawClient(client).describe_search_index("docs", "finder")
             weights_seen.append({w.index_name: w.weight for w in described.query_flow_weight})
 
+    # Each weight is held 0.3 s: long enough for many searches to land on both indexes.
     settings = ReindexSettings(weights=(10, 50, 100), hold_s=0.3, poll_s=0.1, report=report)
     with Traffic(client, ROWS) as traffic:
         outcome = apply(client, Catalog([docs(NEW)]), target_identity=IDENTITY,
@@ -155,8 +158,12 @@ def test_reindex_with_searches_and_writes_running_throughout(ots_instance, ots_s
     assert again.executed == 0 and again.reindexes == ()
 
 
-def test_a_differing_query_blocks_the_switch_and_a_fixed_model_goes_through(ots_instance):
+def test_a_differing_query_blocks_the_switch_and_a_fixed_model_goes_through(ots_instance,
+                                                                           monkeypatch):
     client = ots_instance.client()
+    # The parity check looks again at a differing query after 1 s, in case the new index lags
+    # behind writes; here the answers differ for good, so its looks follow one another at once.
+    monkeypatch.setattr(parity, "time", SimpleNamespace(sleep=lambda seconds: None))
     apply(client, Catalog([docs(OLD)]), target_identity=IDENTITY)
     populate(client, 30)
     # n becomes DOUBLE: the rows hold integers, which a DOUBLE field cannot index.
@@ -214,6 +221,10 @@ NEW_FIELDS = ("SearchField('kind', 'keyword'), SearchField('tag', 'text'), "
               "SearchField('n', 'long'), SearchField('title', 'text')")
 
 
+HOUR_S = 3600
+HOLD_S = 0.25  # each weight's hold: long enough for a kill in the shift stage to land in it
+
+
 def _project(root: Path, fields: str) -> Path:
     (root / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (root / "app_models.py").write_text(MODEL.format(fields=fields))
@@ -228,12 +239,12 @@ def test_cli_killed_at_each_stage_resumes_there(stage, tmp_path, ots_instance, o
     populate(client, 40)
     proj = _project(tmp_path, NEW_FIELDS)
     ots_instance.server.clock_offset += 60  # the index is past its own first full sync
-    ots_server_options.search_full_sync_s = 2.0
-    victim = subprocess.Popen(
-        [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--reindex-weights", "50,100",
-         "--reindex-hold", "1", *target],
-        cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=env(CREDENTIALS), stdin=subprocess.DEVNULL)
+    # Killed at create or build, the rebuild lasts until the server's clock moves (it never does
+    # while the apply runs): the kill lands before the build ends. Killed later, the rebuild is
+    # done at the first look, instead of after seconds of the apply's 1 s polls.
+    ots_server_options.search_full_sync_s = HOUR_S if stage in ("create", "build") else 0.0
+    victim = cli_process(proj, "apply", "--yes", "--reindex-weights", "50,100",
+                         "--reindex-hold", str(HOLD_S), *target, extra_env=CREDENTIALS)
     seen = []
     try:
         while True:
@@ -250,13 +261,14 @@ def test_cli_killed_at_each_stage_resumes_there(stage, tmp_path, ots_instance, o
     left = checkpoint.load(client, "docs", "finder")
     assert left is not None
     assert checkpoint.STAGES.index(left.stage) >= checkpoint.STAGES.index(stage)
-    ots_server_options.search_full_sync_s = 0.5
+    ots_server_options.search_full_sync_s = 0.0  # a rebuild left unfinished is done at once
     rerun = run(proj, "apply", "--yes", *target, extra_env=CREDENTIALS)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     if left.active:
         assert f"reindex docs.finder: stage {left.stage}:" in rerun.stderr
         assert "(resumed at this stage)" in rerun.stderr
-    assert (left.weights, left.hold_s) == ((50, 100), 1)  # kept for the resume (the rerun gives neither)
+    # kept for the resume (the rerun gives neither)
+    assert (left.weights, left.hold_s) == ((50, 100), HOLD_S)
     assert "for 60 s" not in rerun.stderr  # the default hold would apply, were it not kept
     assert checkpoint.load(client, "docs", "finder").stage == "done"
     assert live_search(client) == ["finder"]

@@ -12,12 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import tablestore as ts
-from cliproject import CREDENTIALS, env, project, run
+from cliproject import CREDENTIALS, cli_process, project, run
 from samples import events
 
 from tsmigrate import state as state_module
@@ -40,6 +41,22 @@ def _plant_lock(client, **columns) -> None:
            "acquired_ms": int(time.time() * 1000), "expires_ms": int(time.time() * 1000) + 600_000}
     row.update(columns)
     client.put_row(STATE_TABLE, ts.Row(LOCK_KEY, [(k, v) for k, v in row.items() if v is not None]))
+
+
+class _SleeplessClock:
+    """``time`` for the state module in which a sleep passes at once on its monotonic clock."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skew
+
+    def sleep(self, seconds: float) -> None:
+        self.skew += seconds
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
 
 
 def _lock_row(client) -> dict | None:
@@ -117,7 +134,7 @@ def test_cli_unlock_releases_a_dead_holder_without_force(tmp_path: Path, ots_ins
     assert _lock_row(client) is None
 
 
-def test_cli_apply_waits_for_the_lock_with_lock_timeout(tmp_path: Path, ots_instance):
+def test_cli_apply_waits_for_the_lock_with_lock_timeout(tmp_path: Path, ots_instance, monkeypatch):
     client = ots_instance.client()
     holder = State(client, Owner("busy0001", socket.gethostname(), os.getpid()))
     holder.ensure_table()
@@ -127,21 +144,42 @@ def test_cli_apply_waits_for_the_lock_with_lock_timeout(tmp_path: Path, ots_inst
     at_once = run(proj, "apply", "--yes", *target, extra_env=CREDENTIALS)
     assert at_once.returncode == 1
     assert "busy0001" in at_once.stderr and "--lock-timeout" in at_once.stderr
-    short = run(proj, "apply", "--yes", "--lock-timeout", "1", *target, extra_env=CREDENTIALS)
+    with monkeypatch.context() as waits:
+        # The waiting apply's second passes on its own clock: it gives up as after a second.
+        waits.setattr(state_module, "time", _SleeplessClock())
+        short = run(proj, "apply", "--yes", "--lock-timeout", "1", *target, extra_env=CREDENTIALS)
     assert short.returncode == 1 and "waited 1s" in short.stderr
-    waiter = subprocess.Popen(
-        [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--lock-timeout", "120", *target],
-        cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(CREDENTIALS),
-    )
+    # The holder lets go once the waiting apply has said it waits (a hook on that message, as
+    # the test cannot read its output while it runs in this process); the waiter looks again
+    # soon after (not the 2 s between looks of the product), and applies.
+    monkeypatch.setattr(state_module, "LOCK_POLL_S", 0.05)
+    said_waiting = threading.Event()
+    acquire = State.acquire
+
+    def telling_acquire(self, timeout_s=0.0, on_wait=None):
+        def told(lock):
+            on_wait(lock)
+            said_waiting.set()
+        return acquire(self, timeout_s, told if on_wait is not None else None)
+
+    monkeypatch.setattr(State, "acquire", telling_acquire)
+    waited: list = []
+    waiter = threading.Thread(target=lambda: waited.append(run(
+        proj, "apply", "--yes", "--lock-timeout", "120", *target, extra_env=CREDENTIALS)))
+    waiter.start()
     try:
-        line = waiter.stderr.readline()
-        assert "waiting up to 2m for the apply lock held by busy0001" in line
-        holder.release()
-        out, err = waiter.communicate(timeout=120)
-        assert waiter.returncode == 0, line + err
-        assert "Applied 2 step(s)." in out
+        deadline = time.monotonic() + 120
+        while not said_waiting.wait(0.05) and waiter.is_alive() and time.monotonic() < deadline:
+            pass
+        assert said_waiting.is_set(), f"the apply never said it waits for the lock: {waited}"
     finally:
-        waiter.kill()
+        holder.release()
+        waiter.join(120)
+    [done] = waited
+    line = done.stderr.splitlines()[0]
+    assert "waiting up to 2m for the apply lock held by busy0001" in line, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "Applied 2 step(s)." in done.stdout
 
 
 # --- item 9: interrupted steps, the lease during settle waits, progress ---------------------------
@@ -163,7 +201,7 @@ def test_steps_left_started_are_marked_interrupted(ots_client):
 
 def test_lease_is_renewed_while_a_step_waits_for_an_index_build(ots_instance, ots_server_options,
                                                                  monkeypatch):
-    monkeypatch.setattr(state_module, "LEASE_S", 2.0)
+    monkeypatch.setattr(state_module, "LEASE_S", 2.0)  # renewed every 0.4 s
     ots_server_options.search_full_sync_s = HOUR_S  # search indexes build until the clock moves
     client = ots_instance.client()
     seen: list[str] = []
@@ -172,7 +210,15 @@ def test_lease_is_renewed_while_a_step_waits_for_an_index_build(ots_instance, ot
     def waiting(step, what, elapsed_s):
         seen.append(what)
         if "to finish building" in what and not contender:
-            time.sleep(3.0)  # longer than the lease: only its renewal keeps the lock
+            # The lease runs out, as if the step had waited longer than it: only a renewal
+            # (within 0.4 s) makes the lock live again; without one, the contender takes it.
+            held = _lock_row(client)
+            expired_ms = int(time.time() * 1000) - 1000
+            client.put_row(STATE_TABLE, ts.Row(LOCK_KEY, [
+                (k, expired_ms if k == "expires_ms" else v) for k, v in held.items()]))
+            deadline = time.monotonic() + 10
+            while _lock_row(client)["expires_ms"] == expired_ms and time.monotonic() < deadline:
+                time.sleep(0.02)
             try:
                 State(client).acquire()
                 contender.append("took the lock")
@@ -211,10 +257,7 @@ def test_cli_kill_during_an_index_build_then_rerun(tmp_path: Path, ots_instance,
     ots_server_options.search_full_sync_s = HOUR_S
     proj = project(tmp_path, tables=1)
     target = _target(ots_instance)
-    victim = subprocess.Popen(
-        [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", *target],
-        cwd=proj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(CREDENTIALS),
-    )
+    victim = cli_process(proj, "apply", "--yes", *target, extra_env=CREDENTIALS)
     try:
         line = ""
         while "waiting for" not in line:

@@ -36,6 +36,7 @@ def _same_schema(replayed: Catalog, expected: Catalog) -> bool:
         keys == {t.name: t.primary_key for t in expected.tables}
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(pair=catalog_changes(max_tables=3))
 def test_generated_scripts_replay_to_the_models_catalog_and_back(pair):

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cliproject import project, run, server
+from cliproject import project, run
 
 MODELS_ADD_INDEX = """
 from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex
@@ -217,16 +217,15 @@ def test_the_projects_template_wins(proj):
     assert "the new revision script was not kept" in failed.stderr and len(_scripts(proj)) == 1
 
 
-def test_autogenerate_against_a_live_instance(proj):
-    with server(instance="rev") as target:
-        endpoint = target[1]
-        with (proj / "pyproject.toml").open("a") as f:
-            f.write(f'[tool.tsmigrate.targets.dev]\nendpoint = "{endpoint}"\ninstance = "rev"\n')
-        env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "local", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-secret"}
-        _ok(run(proj, "apply", "--target", "dev", "--yes", extra_env=env))
-        (proj / "app_models.py").write_text(MODELS_ADD_INDEX)
-        out = _ok(run(proj, "revision", "-m", "region", "--autogenerate", "--against", "dev",
-                      extra_env=env)).stdout
+def test_autogenerate_against_a_live_instance(proj, target):
+    endpoint, instance = target[1], target[3]
+    with (proj / "pyproject.toml").open("a") as f:
+        f.write(f'[tool.tsmigrate.targets.dev]\nendpoint = "{endpoint}"\ninstance = "{instance}"\n')
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "local", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-secret"}
+    _ok(run(proj, "apply", "--target", "dev", "--yes", extra_env=env))
+    (proj / "app_models.py").write_text(MODELS_ADD_INDEX)
+    out = _ok(run(proj, "revision", "-m", "region", "--autogenerate", "--against", "dev",
+                  extra_env=env)).stdout
     assert "2 steps from dev (" in out
     text = _scripts(proj)[0].read_text()
     # The live instance already has t0, so only the change is written (no create_table).

@@ -8,6 +8,7 @@ from pathlib import Path
 import tablestore as ts
 from scriptdir import write_script
 
+from tsmigrate.reindex.flow import ReindexSettings
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.versions import runner
 from tsmigrate.versions.scripts import ScriptDirectory
@@ -26,12 +27,15 @@ op.reindex_search_index("notes", SearchIndex(
 
 
 def test_upgrade_runs_a_reindex_to_the_switch(ots_instance, ots_server_options, tmp_path: Path):
-    ots_server_options.search_full_sync_s = 0.5
     write_script(tmp_path / "migrations", "a1", None, header=HEADER, upgrade=CREATE)
     write_script(tmp_path / "migrations", "b2", "a1", header=HEADER, upgrade=REINDEX)
     directory = ScriptDirectory.load("migrations", tmp_path)
     client = ots_instance.client()
-    settings = runner.Settings(RewriteSettings())
+    # A new search index builds (sync phase FULL) for search_full_sync_s of the server's clock:
+    # the reindex looks every 50 ms, not every second.
+    builds: list[str] = []  # the sync phase the reindex index was in, each time it looked
+    settings = runner.Settings(RewriteSettings(), reindex=ReindexSettings(
+        poll_s=0.05, report=lambda event, data: builds.append(data["phase"]) if event == "build" else None))
 
     def upgrade(spec: str) -> runner.Outcome:
         return runner.run(client, directory,
@@ -40,7 +44,9 @@ def test_upgrade_runs_a_reindex_to_the_switch(ots_instance, ots_server_options, 
 
     upgrade("a1")
     client.put_row("notes", ts.Row([("id", "n1")], [("tag", "red fox"), ("title", "t1")]))
+    ots_server_options.search_full_sync_s = 0.5  # the reindex index builds, then catches up
     assert upgrade("head").executed == 1
+    assert builds[0] == "full" and builds[-1] == "incremental"  # it waited for the build
     described = client.list_search_index("notes")
     assert [name for _, name in described] == ["finder"]  # the reindex index is gone
     schema = client.describe_search_index("notes", "finder")[0]
