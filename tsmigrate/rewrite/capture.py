@@ -1,15 +1,32 @@
 """Change capture: the source's stream records, applied to the target while services still write
 the source, so the target converges during and after the backfill.
 
-How a record is applied: capture does not replay the record's cells. It re-reads the source
-row's current state (every version, with timestamps) and writes its transform to the target,
-or deletes the target row when the source row is gone. That is idempotent and insensitive to
-order, so records may be applied twice (after a kill) or out of order across shards.
+How a record is applied: cell by cell. Capture re-reads the source row's current state (every
+version, with timestamps) and the target row, and brings into the target only what the records
+changed, each cell with its source timestamp; what services wrote to the target directly stays
+unless the source changed it later (see ``Change`` and ``Capture.sync``):
+
+- the columns a record wrote or deleted (every column, for a PutRow or a DeleteRow, which
+  replace or remove the whole row) get the source's versions, written one by one through
+  UpdateRow (PUT name, value, timestamp): the table keeps the newest versions by timestamp, so a
+  newer target version is never hidden;
+- versions of those columns the source row no longer has are deleted (UpdateRow DELETE of that
+  one version) only where they are not newer than the change: a cell written to the target
+  after the source's change stands;
+- the target row is deleted only when the source row is gone and nothing newer than its
+  deletion remains in it;
+- a row that came to its target key (new, or its key changed) gets every source cell; fields of
+  the old key kept as target attributes follow the source row's newest cell.
+
+A target row nobody wrote directly therefore ends as the exact transform of its source row, as
+before. Re-reading keeps this idempotent and insensitive to order: records may be applied twice
+(after a kill) or seen across shards.
 
 - A row whose new key changed (a column the new key is built from was updated): the record's
-  origin columns (the values before the write, see ``prepare``) give the old target key, which
-  is deleted, after checking that the row there still belongs to this source key (another row
-  may have moved in meanwhile).
+  origin columns (the values before the write, see ``prepare``) give the old target key, whose
+  cells not newer than that record are deleted (the row with them when nothing newer remains),
+  after checking that the row there still belongs to this source key (another row may have moved
+  in meanwhile).
 - Backfill and capture never race: while a split's backfill runs, records of keys in that split
   are not applied but kept as that split's dirty keys; once the split's checkpoint says done,
   the dirty keys are re-synced (re-read and written), and later records of that split are
@@ -36,11 +53,13 @@ from typing import Any
 
 import attrs
 import tablestore as ts
-from tablestore import metadata as md
+from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.local import plainbuffer
 from tsmigrate.rawclient import RawClient, StreamRecord
 from tsmigrate.rewrite import copy, machine
+from tsmigrate.rewrite.transform import TargetRow
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
@@ -50,6 +69,94 @@ Key = tuple[tuple[str, Any], ...]
 
 class CaptureLost(machine.RewriteError):
     """The stream no longer has records capture needs."""
+
+
+def record_time(record: StreamRecord, read_ms: int) -> int:
+    """The time of a record's change, in ms, by which target cells count as newer or not.
+
+    A record carries no time of its own here: the service's sequence info (a PlainBuffer
+    extension) is not written by the local server and not kept by ``RawClient``'s
+    ``StreamRecord``. The newest timestamp among the record's cells is the change's time when the
+    service stamped the cells (and the time a writer meant, when it gave them). A record without
+    any (a DeleteRow, an UpdateRow that only deletes whole columns) takes the time it was read:
+    never earlier than the change, so every source cell it removed is not newer than it and goes
+    from the target too; the price is that a cell written to the target directly between the
+    change and its reading (within the capture lag) counts as older and goes with it.
+    """
+    stamps = [cell.timestamp for cell in record.row.cells if cell.timestamp is not None]
+    return max(stamps) if stamps else read_ms
+
+
+@attrs.define
+class Change:
+    """What the stream records of one source key changed, as applying them needs it (times are
+    record times, ``record_time``): kept per key from the record to the sync, merged over every
+    record of the key meanwhile."""
+
+    time: int = 0  # the newest record's
+    # The newest PutRow or DeleteRow: it replaced or removed every column
+    row_time: int | None = None
+    # Column -> the newest record that wrote or deleted cells of it (an UpdateRow)
+    columns: dict[str, int] = attrs.field(factory=dict)
+    # Target keys the row had before a record (origin columns) -> that record's time
+    olds: dict[Key, int] = attrs.field(factory=dict)
+    # A record of a row whose former target key is not known (a new row, or one that could not
+    # be mapped before): its target row gets every source cell
+    arrived: bool = False
+
+    def add(self, record: StreamRecord, when: int, old: Key | None) -> None:
+        self.time = max(self.time, when)
+        if record.action in ("put", "delete"):
+            self.row_time = when if self.row_time is None else max(self.row_time, when)
+        else:
+            for cell in record.row.cells:
+                self.columns[cell.name] = max(self.columns.get(cell.name, when), when)
+        if old is None:
+            self.arrived = True
+        else:
+            self.olds[old] = max(self.olds.get(old, when), when)
+
+    def column_time(self, name: str) -> int | None:
+        """The time of the newest change of ``name``; None: the records did not touch it."""
+        column = self.columns.get(name)
+        if self.row_time is None:
+            return column
+        return self.row_time if column is None else max(column, self.row_time)
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+@attrs.define
+class _TargetRow:
+    """A target row as read, and as it is to become: cells by (name, timestamp), read order."""
+
+    key: Key
+    existed: bool
+    before: dict[tuple[str, int], Any]
+    exists: bool = False
+    cells: dict[tuple[str, int], Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def read(cls, key: Key, columns: Any) -> _TargetRow:
+        before = {} if columns is None else {(c[0], c[2]): c[1] for c in columns}
+        return cls(key, columns is not None, before, columns is not None, dict(before))
+
+    def columns(self) -> list[tuple[str, Any, int]]:
+        return [(name, value, stamp) for (name, stamp), value in self.cells.items()]
+
+    def drop(self, name: str | None, when: int, keep: Any = ()) -> int:
+        """Remove the versions (of ``name``, or of every column) not newer than ``when``, but
+        those in ``keep``; how many went."""
+        gone = [v for v in self.cells if (name is None or v[0] == name) and v[1] <= when
+                and v not in keep]
+        for version in gone:
+            del self.cells[version]
+        return len(gone)
 
 
 @attrs.define
@@ -116,8 +223,8 @@ class Capture:
         self.split_of = split_of
         self.split_done = split_done
         self.writer = writer
-        # split index -> source key -> old target keys to delete if the row moved away
-        self.dirty: dict[int, dict[Key, set[Key]]] = {}
+        # split index -> source key -> what its records changed (applied once the split is done)
+        self.dirty: dict[int, dict[Key, Change]] = {}
         self.finished_splits: set[int] = set()
         # Splits any record touched since capture started; None: not known (a rewrite prepared
         # before splits were tracked), so verification reads every split's source rows.
@@ -217,7 +324,8 @@ class Capture:
             return None
 
     def _apply_page(self, shard: ShardState, records: Sequence[StreamRecord]) -> None:
-        now: dict[Key, set[Key]] = {}
+        read_ms = int(time.time() * 1000)
+        now: dict[Key, Change] = {}
         waiting: set[int] = set()
         running: set[int] = set()  # splits seen unfinished in this page: asked once per page
         for record in records:
@@ -231,14 +339,13 @@ class Capture:
                     self.stats.last_record_ms = max(self.stats.last_record_ms, cell.timestamp)
             if split not in running and (split in self.finished_splits or self.split_done(split)):
                 self.finished_splits.add(split)
-                now.setdefault(source_key, set()).update([old] if old else [])
+                into = now
             else:
-                self.dirty.setdefault(split, {}).setdefault(source_key, set()).update(
-                    [old] if old else []
-                )
+                into = self.dirty.setdefault(split, {})
                 waiting.add(split)
                 running.add(split)
                 self.stats.deferred += 1
+            into.setdefault(source_key, Change()).add(record, record_time(record, read_ms), old)
         if now:
             self.sync(now)
             self.stats.applied += len(now)
@@ -259,44 +366,119 @@ class Capture:
             while shard.pending and not shard.pending[0].splits:
                 shard.pending.pop(0)
 
-    def sync(self, keys: dict[Key, set[Key]]) -> None:
-        """Make the target rows of ``keys`` equal to the source's current rows: write the
-        transform of each row that exists, delete the old target rows of rows that moved or
-        are gone (when they still belong to that source key)."""
+    def sync(self, keys: dict[Key, Change]) -> None:
+        """Apply the changes of ``keys`` to the target, cell by cell: each source key's current
+        row (re-read) and its target rows (the current one, and those it left) are read in
+        batches, the changes merged in (``_vacate``, ``_merge``), and only the differences
+        written, batched (``_write``)."""
         items = list(keys.items())
         for start in range(0, len(items), BATCH_GET):
             batch = items[start:start + BATCH_GET]
             current = self._read_source([k for k, _ in batch])
-            writes, deletes = [], []
-            for source_key, olds in batch:
+            planned = []
+            wanted: list[Key] = []
+            for source_key, change in batch:
                 row = current.get(source_key)
-                new_key = None
-                if row is not None:
-                    target = self.transform.apply(list(source_key), row)
-                    new_key = _key(target.primary_key)
-                    writes.append(target)
-                deletes += [(old, source_key) for old in olds if old != new_key]
-            self._delete_moved(deletes)
-            if writes:
-                self.writer.write_rows(self.client, self.job.target.name, writes)
+                target = None if row is None else self.transform.apply(list(source_key), row)
+                new_key = None if target is None else _key(target.primary_key)
+                planned.append((source_key, change, target, new_key))
+                wanted += [*([new_key] if new_key else []), *change.olds]
+            found = self._read_rows(self.job.target.name, wanted,
+                                    self.job.target.options.max_versions)
+            rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+            # The target keys rows left first: a row moving in within the same batch merges
+            # into what they leave.
+            for source_key, change, _target, new_key in planned:
+                for old, when in change.olds.items():
+                    if old != new_key:
+                        self._vacate(rows[old], source_key, when)
+            for _source_key, change, target, new_key in planned:
+                if target is not None:
+                    assert new_key is not None
+                    arrived = change.arrived or any(old != new_key for old in change.olds)
+                    self._merge(rows[new_key], target.columns, change, arrived)
+            self._write(rows.values())
 
-    def _delete_moved(self, candidates: list[tuple[Key, Key]]) -> None:
-        """Delete old target rows that still belong to the source key that left them."""
-        if not candidates:
+    def _vacate(self, row: _TargetRow, source_key: Key, when: int) -> None:
+        """The target row ``source_key`` left (its key changed, or the source row is gone):
+        its cells not newer than ``when`` go, and the row when nothing newer remains; only while
+        it still belongs to that source key (another row may have moved in meanwhile)."""
+        if not row.exists:
             return
-        rows = self._read_rows(self.job.target.name, [old for old, _ in candidates],
-                               self.job.target.options.max_versions)
-        gone = []
-        for old, source_key in candidates:
-            row = rows.get(old)
-            if row is None:
+        try:
+            owner = _key(self.transform.source_key_of(list(row.key), row.columns()))
+        except TsmigrateError:
+            return  # a row that does not tell its source key is no source row's to remove
+        if owner != source_key:
+            return
+        if row.drop(None, when):
+            self.stats.moved += 1
+        if not row.cells:
+            row.exists = False
+
+    def _merge(self, row: _TargetRow, source: Sequence[tuple[str, Any, int]], change: Change,
+               arrived: bool) -> None:
+        """Merge the source's cells (the transformed row) into the target row: the columns the
+        change touched take the source's versions, and lose the versions the source no longer has
+        that are not newer than the change; untouched columns are left as they are, unless the row
+        just arrived at this key, which takes every source version."""
+        versions: dict[str, list[tuple[int, Any]]] = {}
+        for name, value, stamp in source:
+            versions.setdefault(name, []).append((stamp, value))
+        added = set(self.transform.added)
+        names = dict.fromkeys([*versions, *(name for name, _ in row.cells)])
+        wrote = False
+        for name in names:
+            if name in added:
                 continue
-            owner = _key(self.transform.source_key_of(list(old), row))
-            if owner == source_key:
-                gone.append(list(old))
+            when = change.column_time(name)
+            if when is None and not arrived:
+                continue
+            kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
+            for stamp, value in versions.get(name, ()):
+                row.cells[(name, stamp)] = value
+                wrote = True
+            if when is not None:
+                row.drop(name, when, kept)
+        if not (row.exists or wrote or arrived or change.row_time is not None):
+            return  # nothing of it is left in the target, and the change brings nothing
+        row.exists = True
+        # Fields of the source key kept as attributes: stamped like the source row's newest
+        # cell, so they follow it; the versions they replace go.
+        for name in added:
+            kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
+            for stamp, value in versions.get(name, ()):
+                row.cells[(name, stamp)] = value
+            newest = max((stamp for stamp, _ in versions.get(name, ())), default=change.time)
+            row.drop(name, max(change.time, newest), kept)
+
+    def _write(self, rows: Iterable[_TargetRow]) -> None:
+        """Write what changed in ``rows``: UpdateRows of the versions put and deleted, DeleteRow
+        for rows that are gone, PutRow of a bare key for a source row without cells."""
+        updates: list[tuple[list[tuple[str, Any]], list[Any]]] = []
+        gone: list[list[tuple[str, Any]]] = []
+        bare: list[TargetRow] = []
+        for row in rows:
+            if not row.exists:
+                if row.existed:
+                    gone.append(list(row.key))
+                continue
+            if not row.cells:
+                if not row.existed or row.before:
+                    bare.append(TargetRow(list(row.key), []))
+                continue
+            changes = [("put", name, value, stamp) for (name, stamp), value in row.cells.items()
+                       if not _same(row.before.get((name, stamp), _MISSING), value)]
+            changes += [("delete", name, None, stamp) for name, stamp in row.before
+                        if (name, stamp) not in row.cells]
+            if changes:
+                updates.append((list(row.key), changes))
         if gone:
             self.writer.delete_keys(self.client, self.job.target.name, gone)
-            self.stats.moved += len(gone)
+        if bare:
+            self.writer.write_rows(self.client, self.job.target.name, bare)
+        if updates:
+            self.writer.update_rows(self.client, self.job.target.name, updates)
 
     def _read_source(self, keys: list[Key]) -> dict[Key, list[tuple[str, Any, int]]]:
         return read_rows(self.client, self.job.source.name, keys, copy.versions(self.job))
@@ -306,8 +488,12 @@ class Capture:
 
 
 def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
-    """Current rows (all versions, with timestamps) by key; absent rows are left out. Rows the
-    service failed to read in a batch (throttled) are asked again, with capped backoff."""
+    """Current rows (all versions, with timestamps: (name, value, timestamp) tuples, newest
+    version first) by key; absent rows are left out. Rows the service failed to read in a batch
+    (throttled) are asked again, with capped backoff. The answer is decoded by tsmigrate's
+    PlainBuffer reader, a few times faster than the SDK's (capture reads every row it applies
+    twice, source and target); binary values come as bytes."""
+    raw = RawClient(client)
     found: dict[Key, Any] = {}
     todo = list(dict.fromkeys(keys))
     delay = 0.05
@@ -315,15 +501,16 @@ def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[K
         retry = []
         for start in range(0, len(todo), BATCH_GET):
             chunk = todo[start:start + BATCH_GET]
-            request = ts.BatchGetRowRequest()
-            request.add(md.TableInBatchGetRowItem(table, [list(k) for k in chunk],
-                                                  max_version=max(1, versions)))
-            result = client.batch_get_row(request)
-            for key, item in zip(chunk, result.get_result_by_table(table), strict=True):
-                if not item.is_ok:
+            request = pb.BatchGetRowRequest()
+            item = request.tables.add(table_name=table, max_versions=max(1, versions))
+            item.primary_key.extend(plainbuffer.encode_primary_key(key) for key in chunk)
+            response = raw.call("BatchGetRow", request, pb.BatchGetRowResponse)
+            for key, result in zip(chunk, response.tables[0].rows, strict=True):
+                if not result.is_ok:
                     retry.append(key)
-                elif item.row is not None:
-                    found[key] = [tuple(c) for c in item.row.attribute_columns]
+                elif result.row:
+                    cells = plainbuffer.decode_row(result.row).cells
+                    found[key] = [(c.name, c.value, c.timestamp) for c in cells]
         todo = retry
         if todo:
             time.sleep(delay)

@@ -17,6 +17,7 @@ waits for these and records them, so the requests run on across its checkpoint r
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,12 +31,25 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.local.plainbuffer import HEADER, assemble_row, decode_row, encode_primary_key_cells
+from tsmigrate.local.plainbuffer import (
+    HEADER,
+    OP_DELETE_ONE,
+    assemble_row,
+    crc8_bytes,
+    decode_row,
+    encode_cell,
+    encode_primary_key_cells,
+)
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
+MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
+
+# One cell of an UpdateRow: ("put", name, value, timestamp) or ("delete", name, None, timestamp),
+# the latter deleting that one version (UpdateType.DELETE).
+CellChange = tuple[str, str, Any, int]
 
 
 class WriteError(TsmigrateError):
@@ -113,6 +127,11 @@ class BatchWriter:
     def delete(self, keys: Sequence[bytes]) -> None:
         """Delete rows by encoded key (HEADER + a row with the delete marker)."""
         self._write(pb.DELETE, keys)
+
+    def update(self, rows: Sequence[bytes]) -> None:
+        """Update rows: encoded UpdateRow changes (HEADER + a row whose cells carry their
+        operation, see ``encode_update``)."""
+        self._write(pb.UPDATE, rows)
 
     def _write(self, kind: int, rows: Sequence[bytes]) -> None:
         batches = list(_batches(rows))
@@ -201,6 +220,69 @@ def _batches(rows: Sequence[bytes]) -> Iterator[list[bytes]]:
 def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
     pk_cells, crcs = encode_primary_key_cells(key)
     return HEADER + assemble_row(pk_cells, crcs, (), delete_marker=True)
+
+
+_pack_len = struct.Struct("<i").pack
+_pack_ts = struct.Struct("<q").pack
+
+
+def _delete_version_cell(name: str, timestamp: int) -> tuple[bytes, int]:
+    """A cell deleting one version (UpdateType.DELETE, the SDK's ``(name, None, ts)``): name,
+    the operation, the timestamp; its checksum covers the timestamp before the operation, as
+    the SDK's writer computes it."""
+    raw = name.encode("utf-8")
+    packed = _pack_ts(timestamp)
+    crc = crc8_bytes(crc8_bytes(crc8_bytes(0, raw), packed), bytes((OP_DELETE_ONE,)))
+    cell = b"".join((b"\x03\x04", _pack_len(len(raw)), raw, bytes((0x06, OP_DELETE_ONE)),
+                     b"\x07", packed, bytes((0x0A, crc))))
+    return cell, crc
+
+
+def encode_update(key: Sequence[tuple[str, Any]], cells: Sequence[CellChange]) -> bytes:
+    """HEADER + one UpdateRow change: puts of versions (value and timestamp) and deletes of one
+    version each. The service takes each column name once per UpdateRow (``update_rows`` splits
+    a row's changes into rounds accordingly)."""
+    pk_cells, crcs = encode_primary_key_cells(key)
+    encoded = [encode_cell(name, value, ts) if op == "put" else _delete_version_cell(name, ts)
+               for op, name, value, ts in cells]
+    return HEADER + assemble_row(pk_cells, crcs, encoded)
+
+
+def update_rounds(cells: Sequence[CellChange]) -> list[list[CellChange]]:
+    """A row's cell changes as successive UpdateRows: each names a column once (the service
+    refuses a name twice in one UpdateRow) and holds at most MAX_CELLS_PER_UPDATE cells; the
+    deletes of a column come before its puts: a table keeping N versions drops a version put
+    below N newer ones at once, even when one of those is deleted next."""
+    by_name: dict[str, list[CellChange]] = {}
+    for cell in sorted(cells, key=lambda c: c[0] == "put"):
+        by_name.setdefault(cell[1], []).append(cell)
+    rounds: list[list[CellChange]] = []
+    for changes in by_name.values():
+        index = 0  # each change of a column goes to a later round than the one before
+        for cell in changes:
+            while index < len(rounds) and len(rounds[index]) >= MAX_CELLS_PER_UPDATE:
+                index += 1
+            if index == len(rounds):
+                rounds.append([])
+            rounds[index].append(cell)
+            index += 1
+    return rounds
+
+
+def update_rows(client: OTSClient, table: str,
+                rows: Sequence[tuple[Sequence[tuple[str, Any]], Sequence[CellChange]]]) -> None:
+    """Apply cell changes to rows (UpdateRow items of BatchWriteRow, 200 rows and 4 MB a
+    request): the rows' first rounds (see ``update_rounds``) together, then their second ones,
+    and so on, so a request never holds one row twice; for change capture."""
+    rounds: list[list[bytes]] = []
+    for key, cells in rows:
+        for depth, cells_of_round in enumerate(update_rounds(cells)):
+            if depth == len(rounds):
+                rounds.append([])
+            rounds[depth].append(encode_update(key, cells_of_round))
+    batch = BatchWriter(client, table)
+    for encoded in rounds:
+        batch.update(encoded)
 
 
 def write_rows(client: OTSClient, table: str, rows: Sequence[TargetRow]) -> None:
