@@ -9,6 +9,7 @@ page. Run it in a thread, a process or on a Dask worker: all checkpoint the same
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -127,21 +128,47 @@ def copy_split(
     return SplitResult(split.index, state.rows, state.bytes, state.digest, resumed)
 
 
-def sample_check(
+@attrs.frozen
+class Sample:
+    """What a sample read: rows transformed, their bytes as read, and the seconds reading and
+    transforming them took (one range after another)."""
+
+    rows: int
+    bytes: int
+    seconds: float
+    ranges: int
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        """The sample's read-and-transform rate, None when it read nothing or took no time."""
+        return self.bytes / self.seconds if self.rows and self.seconds > 0 else None
+
+
+def sample(
     spec: ConnectionSpec, job: RewriteJob, n: int = 1000, client: OTSClient | None = None,
     ranges: Sequence[splits.Split] | None = None,
-) -> int:
+) -> Sample:
     """Transform about ``n`` source rows taken from the start of every key range (``ranges``,
     or ranges computed for four workers), writing nothing: a row the transform rejects raises
-    TransformError (naming its key) before the copy begins. Returns how many rows were checked."""
+    TransformError (naming its key) before the copy begins. Returns the rows, bytes and time."""
     client = client or spec.client()
     raw = RawClient(client)
     transform = build(job)
     ranges = ranges or splits.compute(client, job.source, workers=4)
     per_range = max(1, math.ceil(n / len(ranges)))
-    checked = 0
+    checked = read = 0
+    started = time.perf_counter()
     for split in ranges:
         limit = min(per_range, PAGE_ROWS)
         buf, _ = read_page(raw, job.source.name, split.start_bytes, split.end_bytes, limit, versions(job))
         checked += len(transform.page(buf).rows)
-    return checked
+        read += len(buf)
+    return Sample(checked, read, time.perf_counter() - started, len(ranges))
+
+
+def sample_check(
+    spec: ConnectionSpec, job: RewriteJob, n: int = 1000, client: OTSClient | None = None,
+    ranges: Sequence[splits.Split] | None = None,
+) -> int:
+    """``sample``, returning how many rows were checked."""
+    return sample(spec, job, n, client, ranges).rows

@@ -1,7 +1,10 @@
 """Prepare a rewrite: everything that must be true before the first row is copied.
 
 1. The transform is tried on a sample of source rows (read calls only): a row it cannot map
-   stops the rewrite here, naming the source key, before anything is written.
+   stops the rewrite here, naming the source key, before anything is written. The sample's
+   read-and-transform rate projects how long the copy and verification take: a rewrite that
+   could outlive the records of the source's stream (as this phase leaves it) stops here too
+   (``cost.check_stream``).
 2. The target (created by the plan's ``create_table`` step, with its new key, options and
    indexes) is refused when it holds rows that no rewrite wrote.
 3. The target's ``max_time_deviation`` is widened so that cells keep their original timestamps
@@ -16,7 +19,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import tablestore as ts
@@ -25,7 +29,12 @@ from tsmigrate import adapter
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.schema import NO_TTL, Table
+from tsmigrate.schema import NO_TTL, StreamSpec, Table
+
+if TYPE_CHECKING:
+    from tsmigrate.rewrite.copy import Sample
+    from tsmigrate.rewrite.cost import Projection
+    from tsmigrate.rewrite.splits import Split
 
 STREAM_HOURS = 168  # the longest the service keeps records: room for a long backfill
 MAX_DEVIATION_S = (2**63 - 1) // 1_000_000  # the service's upper bound
@@ -95,6 +104,47 @@ def capture_start(raw: RawClient, source: str) -> dict[str, Any]:
     return {"stream_id": stream_id, "shards": shards}
 
 
+def projection(job: RewriteJob, kept: Sequence[Split], sampled: Sample,
+               workers: int) -> Projection | None:
+    """How long the copy and verification of ``kept`` should take at the rate ``sampled`` was
+    read and transformed (None when the sample read nothing). The sample reads the ranges one
+    after another and the copy runs ``workers`` of them at once; ``job.max_rows_per_s``
+    (``--max-rows-per-s``) caps the rate, at the sample's bytes a row."""
+    from tsmigrate.rewrite.cost import MB, Projection
+
+    rate = sampled.bytes_per_s
+    if rate is None:
+        return None
+    at_once = max(1, min(workers, len(kept)))
+    size = sum(s.estimated_bytes for s in kept)
+    row_bytes = sampled.bytes / sampled.rows
+    if job.max_rows_per_s and job.max_rows_per_s * row_bytes < rate * at_once:
+        return Projection(size, job.max_rows_per_s * row_bytes,
+                          f"at --max-rows-per-s {job.max_rows_per_s:g} (about "
+                          f"{row_bytes:,.0f} bytes a row)", row_limit=job.max_rows_per_s)
+    times = f" x {at_once} workers" if at_once > 1 else ""
+    return Projection(size, rate * at_once,
+                      f"at {rate / MB:.3g} MB/s{times} (measured on {sampled.rows} sample rows, "
+                      "read and transformed)")
+
+
+def check_stream_window(raw: RawClient, job: RewriteJob, kept: Sequence[Split], sampled: Sample,
+                        workers: int) -> None:
+    """Raise cost.StreamTooShort when the copy and verification could outlive the records of
+    the source's stream as prepare leaves it (read calls only: nothing is written yet)."""
+    from tsmigrate.rewrite import cost
+
+    projected = projection(job, kept, sampled, workers)
+    if projected is None:
+        return
+    details = raw.describe_table(job.source.name).stream_details
+    stream = (StreamSpec(True, int(details.expiration_time)) if details.enable_stream
+              else StreamSpec())
+    cost.check_stream(job.source.name, job.target.name, projected, stream,
+                      "then apply again (the rewrite continues from prepare), or drop the new "
+                      f"table with tsmigrate rewrite abort {job.target.name}")
+
+
 def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: RewriteJob,
             workers: int = 1) -> None:
     """Run the prepare phase (each step is safe to run again after a crash), then move the
@@ -103,8 +153,9 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
 
     rewrite = runner.rewrite
     kept = splits.plan(client, job.id, job.source, workers)  # the job's ranges, kept once
-    copy.sample_check(spec, job, SAMPLE_ROWS, client=client, ranges=kept)
+    sampled = copy.sample(spec, job, SAMPLE_ROWS, client=client, ranges=kept)
     raw = RawClient(client)
+    check_stream_window(raw, job, kept, sampled, workers)
     if not rewrite.get("target_checked"):
         if target_has_rows(client, job.target.name, job.target.primary_key_names):
             raise TargetNotEmpty(
