@@ -498,6 +498,9 @@ class RewriteTable(Step):
     key_change: str
     # Estimated by plan from the live source (not part of the step's identity).
     cost: RewriteCost | None = attrs.field(default=None, eq=False)
+    # What services on the model API must give while the other table takes their writes
+    # (plan.routing_note); empty when each model's key gives the other table's key.
+    routing: str = attrs.field(default="", eq=False)
 
     @property
     def risk(self) -> str:
@@ -510,6 +513,7 @@ class RewriteTable(Step):
             f"Tablestore cannot change a primary key in place ({self.key_change}): rows of "
             f"{self.source} are copied into {self.table} with their keys rebuilt, changes made "
             f"meanwhile are captured, the copy is verified, then services cut over{cost}"
+            + (f"; {self.routing}" if self.routing else "")
         )
 
     def summary(self) -> str:

@@ -118,6 +118,25 @@ def _key_signature(column: PrimaryKeyColumn) -> tuple[Any, ...]:
     return (column.name, column.type, column.auto_increment)
 
 
+def _key_fields(table: Table) -> set[str]:
+    """The fields a table's key is built from (a derived column's sources)."""
+    return {f for c in table.primary_key for f in (c.derivation.sources if c.derivation else (c.name,))}
+
+
+def routing_note(source: Table, target: Table) -> str:
+    """What services on the model API must give during the rewrite of ``source`` into
+    ``target``: its rows are routed to the other table (``tsmigrate.service.routing``), and a
+    model whose key lacks a field of the other table's key cannot locate a row there by key alone."""
+    needs = []
+    for own, other, when in ((source, target, "after the switch"), (target, source, "until the switch")):
+        missing = sorted(_key_fields(other) - _key_fields(own))
+        if missing:
+            needs.append(f"get, update and delete through the model of {own.name} need "
+                         f"{', '.join(missing)} (not in its key) {when}, when {other.name} takes "
+                         "the writes: give whole rows or their fields")
+    return "; ".join(needs)
+
+
 def key_change(live: Table, target: Table) -> str | None:
     """How the primary key changed, in words, or None when it did not."""
     before = [_key_signature(c) for c in live.primary_key]
@@ -431,7 +450,8 @@ def make_plan(
         source = live_tables.get(table.replaces) if table.replaces else None
         if source is not None:
             change = key_change(source, table) or "the table gets a new name"
-            steps.append(ops.RewriteTable(table.name, source.name, change))
+            steps.append(ops.RewriteTable(table.name, source.name, change,
+                                          routing=routing_note(source, table)))
     if problems:
         raise SchemaError(problems)
 

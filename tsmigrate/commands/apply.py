@@ -122,7 +122,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     from tsmigrate.reindex.progress import ReindexProgress
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.planned import RewriteSettings
-    from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
+    from tsmigrate.rewrite.progress import ApplyProgress, next_step
     from tsmigrate.target import connect, resolve_target
 
     as_json = fmt == "json"
@@ -220,7 +220,7 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     for rewrite in outcome.rewrites:
         console.print(f"[bold]rewrite {rewrite.source} -> {rewrite.target}: {rewrite.phase}[/] "
                       "(copied, capturing changes, verified).")
-        console.print(f"Next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)}")
+        console.print(f"Next: {next_step(rewrite)}")
 
 
 class SettleReport:

@@ -1,4 +1,4 @@
-"""`tsmigrate rewrite status|follow|pause|resume|finish|abort`: watch and steer key-changing
+"""`tsmigrate rewrite status|follow|switch|revert|pause|resume|finish|abort`: watch and steer
 rewrites that `tsmigrate apply` started (their state lives in the instance's tsmigrate_state)."""
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def pause(table, project, target_name, endpoint, instance):
 def resume(table, project, target_name, endpoint, instance, workers, dask, max_rows_per_s):
     """Resume a paused or failed rewrite: continue it up to ready."""
     from tsmigrate.rewrite import driver, machine
-    from tsmigrate.rewrite.progress import NEXT_STEP, ApplyProgress
+    from tsmigrate.rewrite.progress import ApplyProgress, next_step
 
     with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
@@ -128,7 +128,7 @@ def resume(table, project, target_name, endpoint, instance, workers, dask, max_r
         report = ApplyProgress(err_console)
         with machine.Runner(client, rewrite.target) as runner:
             try:
-                if rewrite.resume_to in (machine.READY, machine.FINISHING):
+                if rewrite.resume_to in (machine.READY, *machine.CUT_OVER, machine.FINISHING):
                     done = runner.save(phase=rewrite.resume_to, error=None)
                 else:
                     done = driver.run_to_ready(
@@ -136,7 +136,64 @@ def resume(table, project, target_name, endpoint, instance, workers, dask, max_r
                         driver.RunOptions(workers, dask, max_rows_per_s), report)
             finally:
                 report.close()
-    console.print(f"{done.target}: {done.phase}. Next: {NEXT_STEP[done.phase].format(t=done.target)}")
+    console.print(f"{done.target}: {done.phase}. Next: {next_step(done)}")
+
+
+def _fence_report(event: str, data: dict[str, Any]) -> None:
+    if event == "fence" and data["unacknowledged"]:
+        names = ", ".join(f"{c.get('host')}:{c.get('pid')}" for c in data["unacknowledged"])
+        err_console.print(f"not acknowledged within the lease (fenced anyway): {names}")
+    elif event == "wrong-side":
+        err_console.print(f"switching with {len(data['rows'])} row(s) written to the target directly "
+                          "(--accept-target-writes)")
+
+
+@rewrite.command()
+@click.argument("table")
+@project_option
+@with_target
+@click.option("--lease", "lease_s", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds a service trusts the routing it read (default 2; kept for the rewrite).")
+@click.option("--accept-target-writes", is_flag=True,
+              help="Switch even though rows of the new table were written directly before it.")
+@reports_errors
+def switch(table, project, target_name, endpoint, instance, lease_s, accept_target_writes):
+    """Make the new table the one services on the model API write: fence, drain, verify, switch."""
+    from tsmigrate.rewrite import cutover, driver, machine
+    from tsmigrate.rewrite.progress import next_step
+
+    with connected(project, target_name, endpoint, instance) as (client, target):
+        rewrite = _rewrite_of(client, table)
+        with machine.Runner(client, rewrite.target, handover=True) as runner:
+            done = cutover.switch(client, driver.spec_of(client, target.embedded), runner,
+                                  lease_s=lease_s, accept_target_writes=accept_target_writes,
+                                  report=_fence_report)
+    _print_fence(done, "switched", next_step(done))
+
+
+@rewrite.command()
+@click.argument("table")
+@project_option
+@with_target
+@reports_errors
+def revert(table, project, target_name, endpoint, instance):
+    """Make the old table the one services write again (until finish); nothing written is lost."""
+    from tsmigrate.rewrite import cutover, machine
+    from tsmigrate.rewrite.progress import next_step
+
+    with connected(project, target_name, endpoint, instance) as (client, _target):
+        rewrite = _rewrite_of(client, table)
+        with machine.Runner(client, rewrite.target, handover=True) as runner:
+            done = cutover.revert(client, runner, report=_fence_report)
+    _print_fence(done, "reverted", next_step(done))
+
+
+def _print_fence(done: Any, what: str, next_text: str) -> None:
+    fence = done.get("fence") or {}
+    writes_to = done.target if done.side == "target" else done.source
+    console.print(f"{done.target}: {what}; services on the model API write {writes_to}. "
+                  f"Writes held {fence.get('held_ms', 0)} ms, {fence.get('acknowledged', 0)} client(s) "
+                  f"acknowledged. Next: {next_text}")
 
 
 @rewrite.command()
@@ -144,20 +201,27 @@ def resume(table, project, target_name, endpoint, instance, workers, dask, max_r
 @project_option
 @with_target
 @click.option("--allow-destructive", is_flag=True, help="Also drop the old table.")
+@click.option("--force", is_flag=True,
+              help="Finish from ready, without a switch (services not on the model API).")
+@click.option("--accept-target-writes", is_flag=True,
+              help="With --force: keep rows services wrote to the new table directly.")
 @reports_errors
-def finish(table, project, target_name, endpoint, instance, allow_destructive):
-    """After the last writer moved: catch up, verify once more, stop capture (and drop the old
-    table with --allow-destructive)."""
+def finish(table, project, target_name, endpoint, instance, allow_destructive, force, accept_target_writes):
+    """After switch: stop capture, put the tables' settings back (and drop the old table with
+    --allow-destructive)."""
     from tsmigrate.rewrite import driver, machine
 
     with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
-        with machine.Runner(client, rewrite.target) as runner:
+        with machine.Runner(client, rewrite.target, handover=True) as runner:
             done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
-                                 allow_destructive)
+                                 allow_destructive, force=force,
+                                 accept_target_writes=accept_target_writes)
     verification = done.get("verification") or {}
     changed = verification.get("changed_meanwhile", 0)
-    console.print(f"{done.target}: done. Verified against {done.source}"
+    console.print(f"{done.target}: done"
+                  + (f". Verified against {done.source}" if done.get("finish_from") != "switched"
+                     else f"; reverse capture stopped, {done.source} has every write up to now")
                   + (f" ({changed} row(s) changed by services on the new model)" if changed else "")
                   + (f"; {done.source} dropped." if allow_destructive else
                      f"; {done.source} kept (drop it with finish --allow-destructive or "

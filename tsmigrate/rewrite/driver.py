@@ -31,7 +31,7 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import copy, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.progress import NEXT_STEP
+from tsmigrate.rewrite.progress import next_step
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
@@ -360,7 +360,9 @@ def run_to_ready(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
             phase = runner.rewrite.phase
             report("phase", {"phase": phase})
             if phase == machine.PREPARE:
-                prepare.prepare(client, spec, runner, job_of(runner.rewrite), options.workers)
+                # The copy's throttle is part of how long it takes: prepare checks that.
+                job = attrs.evolve(job_of(runner.rewrite), max_rows_per_s=options.max_rows_per_s)
+                prepare.prepare(client, spec, runner, job, options.workers)
             elif phase == machine.BACKFILL:
                 run_backfill(client, spec, runner, options, report)
             elif phase == machine.CATCH_UP:
@@ -383,20 +385,58 @@ def fail(runner: machine.Runner, exc: BaseException) -> None:
 
 
 def follow(client: Any, runner: machine.Runner, seconds: float | None, report: Report = quiet) -> None:
-    """Keep capture running (ready phase) for ``seconds`` (None: until interrupted)."""
-    rewrite = runner.rewrite
-    if rewrite.phase != machine.READY:
-        raise not_ready(rewrite, "follow runs in phase ready")
-    capture = make_capture(client, rewrite)
+    """Keep capture running for ``seconds`` (None: until interrupted or finished): the source's
+    changes into the target while the source is the side of record (ready), the target's into the
+    source once switched. A switch, revert or finish asks for the lease: follow hands it over,
+    waits for the fence to come down, and goes on in the direction the phase then names."""
+    from tsmigrate.rewrite import cutover
+
     deadline = None if seconds is None else time.monotonic() + seconds
+    if runner.rewrite.phase not in (machine.READY, machine.SWITCHED):
+        raise not_ready(runner.rewrite, "follow runs in phase ready or switched")
+    while deadline is None or time.monotonic() < deadline:
+        phase = runner.rewrite.phase
+        if phase == machine.READY:
+            _follow(runner, make_capture(client, runner.rewrite), _save_capture, deadline, report)
+        elif phase == machine.SWITCHED:
+            _follow(runner, cutover.make_reverse_capture(client, runner.rewrite), cutover.save_reverse,
+                    deadline, report)
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        phase = runner.rewrite.phase
+        if phase not in (machine.READY, machine.SWITCHED, machine.SWITCHING, machine.REVERTING):
+            report("follow-ended", {"phase": phase})
+            return  # finishing, done, aborted, paused: not follow's to go on with
+        runner.release()  # handed over: wait for the other command, then take the lease back
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(CAPTURE_IDLE_S)
+            current = machine.refresh(client, runner.rewrite)
+            lease = current.get("runner") or {}
+            if not lease.get("owner") and current.phase in (machine.READY, machine.SWITCHED):
+                with contextlib.suppress(machine.RewriteConflict):
+                    runner.retake()
+                    break
+            if current.phase not in (machine.READY, machine.SWITCHED, machine.SWITCHING,
+                                     machine.REVERTING):
+                runner.rewrite = current
+                report("follow-ended", {"phase": current.phase})
+                return
+
+
+def _follow(runner: machine.Runner, capture: capture_mod.Capture,
+            save: Callable[..., Any], deadline: float | None, report: Report) -> None:
+    """Apply ``capture`` until the deadline, or until another command wants the rewrite."""
+    phase = runner.rewrite.phase
     last_save = 0.0
     try:
         while deadline is None or time.monotonic() < deadline:
             read = capture.step()
             if time.monotonic() - last_save > SAVE_EVERY_S:
-                _save_capture(runner, capture)
+                save(runner, capture)
                 last_save = time.monotonic()
-            report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
+                if runner.handover_requested or runner.rewrite.phase != phase:
+                    return
+            report("capture", {"lag_s": capture.lag_s(), "direction": phase, **attrs.asdict(capture.stats)})
             if not read:
                 time.sleep(CAPTURE_IDLE_S)
     except capture_mod.CaptureLost as exc:
@@ -406,7 +446,7 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
         raise
     finally:
         with contextlib.suppress(machine.RewriteError):
-            _save_capture(runner, capture)
+            save(runner, capture)
 
 
 def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
@@ -414,14 +454,19 @@ def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
     if rewrite.phase == machine.FAILED:
         why = f"it failed: {rewrite.get('error') or 'see tsmigrate rewrite status'}"
     else:
-        why = f"next: {NEXT_STEP[rewrite.phase].format(t=rewrite.target)}"
+        why = f"next: {next_step(rewrite)}"
     return machine.RewriteError(
         f"the rewrite into {rewrite.target} is {rewrite.phase}; {needs} ({why})"
     )
 
 
 def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
-           report: Report = quiet) -> machine.Rewrite:
+           report: Report = quiet, *, force: bool = False,
+           accept_target_writes: bool = False) -> machine.Rewrite:
+    """End the rewrite: after ``switch`` (the target is the table of record), drain reverse
+    capture and stop it; with ``force`` from ready (services that write without the model API
+    moved by their own deploy), catch up and verify as the cut-over. Then put the tables'
+    settings back, and drop the old table with ``allow_destructive``."""
     rewrite = runner.rewrite
     if rewrite.phase == machine.DONE:
         # Finished earlier with the old table kept: --allow-destructive now drops it, as the
@@ -434,19 +479,27 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
             + ("" if allow_destructive else
                f"; finish --allow-destructive drops {rewrite.source} if it is still there")
         )
-    if rewrite.phase == machine.READY:
-        runner.save(phase=machine.FINISHING)
+    if rewrite.phase == machine.READY and not force:
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is ready, not switched: services on the model API "
+            f"still write {rewrite.source}. Run `tsmigrate rewrite switch {rewrite.target}` first; "
+            "`finish --force` finishes from ready for services that do not use the model API "
+            "(tsmigrate.service Rows/AsyncRows) and were moved by their own deploy"
+        )
+    if rewrite.phase in (machine.READY, machine.SWITCHED):
+        runner.save(phase=machine.FINISHING, finish_from=rewrite.phase)
     elif rewrite.phase != machine.FINISHING:
-        raise not_ready(rewrite, "finish needs phase ready")
+        raise not_ready(rewrite, "finish needs phase ready" if force else "finish needs phase switched")
+    came_from = runner.rewrite.get("finish_from") or machine.READY
     job = job_of(runner.rewrite)
     try:
-        capture = make_capture(client, runner.rewrite)
-        catch_up(runner, capture, report)
-        verify_until_stable(client, spec, runner, capture, report,
-                            since_ms=int(runner.rewrite.get("ready_ms", machine.now_ms())))
+        if came_from == machine.SWITCHED:
+            _drain_reverse(client, runner, report)
+        else:
+            _verify_forced(client, spec, runner, accept_target_writes, report)
     except Exception as exc:
         with contextlib.suppress(Exception):
-            runner.save(phase=machine.READY, error=str(exc)[:2000])
+            runner.save(phase=came_from, error=str(exc)[:2000])
         raise
     declared = runner.rewrite.get("declared_deviation")
     if declared is not None:
@@ -456,10 +509,43 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     source_exists = job.source.name in client.list_table()
     if was is not None and source_exists and not allow_destructive:
         prepare.restore_stream(raw, job.source.name, was)
+    target_was = runner.rewrite.get("target_stream_was")
+    if target_was is not None:
+        prepare.restore_stream(raw, job.target.name, target_was)
     if allow_destructive and source_exists:
         drop_table(client, job.source.name)
     return runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
                        source_dropped=allow_destructive)
+
+
+def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
+    """Apply the target's last changes to the old table, which readers may still read."""
+    from tsmigrate.rewrite import cutover
+
+    capture = cutover.make_reverse_capture(client, runner.rewrite)
+    while True:
+        capture.step()
+        cutover.save_reverse(runner, capture)
+        report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
+        if capture.stats.caught_up:
+            return
+
+
+def _verify_forced(client: Any, spec: ConnectionSpec, runner: machine.Runner,
+                   accept_target_writes: bool, report: Report) -> None:
+    """finish --force: capture catches up and the target is verified; rows services wrote to
+    the target directly since ready are accepted only with ``accept_target_writes``."""
+    capture = make_capture(client, runner.rewrite)
+    catch_up(runner, capture, report)
+    verify_until_stable(client, spec, runner, capture, report,
+                        since_ms=int(runner.rewrite.get("ready_ms", machine.now_ms())))
+    changed = int((runner.rewrite.get("verification") or {}).get("changed_meanwhile", 0))
+    if changed and not accept_target_writes:
+        raise machine.RewriteError(
+            f"{changed} row(s) of {runner.rewrite.target} were written directly since the rewrite "
+            "became ready (not by capture). If services wrote the new table on purpose, "
+            "`finish --force --accept-target-writes` keeps them; otherwise find the writer"
+        )
 
 
 def drop_table(client: Any, name: str) -> None:
@@ -474,6 +560,12 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
     rewrite = runner.rewrite
     if not rewrite.active:
         raise machine.RewriteError(f"the rewrite into {rewrite.target} is already {rewrite.phase}")
+    if rewrite.side != machine.SOURCE:
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is {rewrite.phase}: services may have written "
+            f"{rewrite.target} as the table of record, and abort drops it. "
+            f"`tsmigrate rewrite revert {rewrite.target}` first (then abort)"
+        )
     job = job_of(rewrite)
     if job.target.name in client.list_table():
         with contextlib.suppress(ts.OTSServiceError):

@@ -8,10 +8,16 @@ one rewrite, and a process killed at any moment leaves a phase the next run cont
 
 Phases and transitions::
 
-    prepare -> backfill -> catch-up -> ready -> finishing -> done
+    prepare -> backfill -> catch-up -> ready -> switching -> switched -> finishing -> done
+    switched -> reverting -> ready   (revert, until finish)
+    ready -> finishing               (finish --force: services not on the model API)
     any running phase -> paused  (pause; resume goes back to the phase it left)
     any running phase -> failed  (an error; resume or apply retries the phase it left)
-    anything but done -> aborted (abort: the target is dropped, the source left as it was)
+    anything before switching -> aborted (abort: the target is dropped, the source left as it was)
+
+The phase also tells services on the model API which table takes their writes (``side``): the
+source until the switch, the target after it; while a fence is up (switching, reverting,
+finishing from ready) they hold their writes.
 
 The split checkpoints (rows copied per split) are kept by the data plane next to this row
 (``tsmigrate.rewrite.checkpoints``); this row holds everything else.
@@ -42,19 +48,43 @@ LEASE_S = 120
 PREPARE, BACKFILL, CATCH_UP, READY, FINISHING, DONE = (
     "prepare", "backfill", "catch-up", "ready", "finishing", "done",
 )
+SWITCHING, SWITCHED, REVERTING = "switching", "switched", "reverting"
 PAUSED, FAILED, ABORTED = "paused", "failed", "aborted"
-RUNNING_PHASES = (PREPARE, BACKFILL, CATCH_UP, READY, FINISHING)
+RUNNING_PHASES = (PREPARE, BACKFILL, CATCH_UP, READY, SWITCHING, SWITCHED, REVERTING, FINISHING)
 PHASES = (*RUNNING_PHASES, DONE, PAUSED, FAILED, ABORTED)
 ENDED = (DONE, ABORTED)
+# Services may have written the target as the table of record: abort would lose their writes.
+CUT_OVER = (SWITCHING, SWITCHED, REVERTING)
 
 # The phases each phase may move to (pause, fail and abort are added for every running phase).
 _NEXT: dict[str, tuple[str, ...]] = {
     PREPARE: (BACKFILL,),
     BACKFILL: (CATCH_UP,),
     CATCH_UP: (READY,),
-    READY: (FINISHING, CATCH_UP),
-    FINISHING: (DONE, READY),
+    READY: (FINISHING, CATCH_UP, SWITCHING),
+    SWITCHING: (SWITCHED, READY),
+    SWITCHED: (REVERTING, FINISHING),
+    REVERTING: (READY, SWITCHED),
+    FINISHING: (DONE, READY, SWITCHED),
 }
+
+SOURCE, TARGET, HOLD = "source", "target", "hold"
+
+
+def side(phase: str, resume_to: str | None = None, finish_from: str | None = None) -> str:
+    """Which table takes the writes of services on the model API in ``phase``: ``source``,
+    ``target``, or ``hold`` (a fence is up: writes wait until it comes down)."""
+    if phase in (PAUSED, FAILED):
+        phase = resume_to or READY
+        if phase in (SWITCHING, REVERTING):  # a fence a failure left up: the next command ends it
+            return HOLD
+    if phase in (SWITCHING, REVERTING):
+        return HOLD
+    if phase == FINISHING:
+        return TARGET if finish_from == SWITCHED else HOLD
+    if phase in (SWITCHED, DONE):
+        return TARGET
+    return SOURCE
 
 
 class RewriteError(TsmigrateError):
@@ -76,7 +106,7 @@ def now_ms() -> int:
 def allowed(current: str, new: str, resume_to: str | None = None) -> bool:
     """Whether ``current -> new`` is a transition of the machine."""
     if new == ABORTED:
-        return current not in ENDED
+        return current not in (*ENDED, *CUT_OVER)  # the driver also refuses after a switch
     if current in (PAUSED, FAILED):
         return new == resume_to or new in (FAILED, PAUSED)
     if current in RUNNING_PHASES:
@@ -102,6 +132,11 @@ class Rewrite:
     @property
     def active(self) -> bool:
         return self.phase not in ENDED
+
+    @property
+    def side(self) -> str:
+        """The table services on the model API write now (see ``side``)."""
+        return side(self.phase, self.resume_to, self.doc.get("finish_from"))
 
     @property
     def error(self) -> str:
@@ -282,15 +317,50 @@ def _holder_alive(holder: str) -> bool:
 SAVE_ATTEMPTS = 5  # a runner's save lost to another command's write is read and tried again
 
 
-class Runner:
-    """Holds the rewrite's lease while a process drives it (apply, follow, finish, abort)."""
+HANDOVER_S = 10.0  # how long a command waits for `follow` to hand the rewrite over
 
-    def __init__(self, client: Any, target: str):
+
+class Runner:
+    """Holds the rewrite's lease while a process drives it (apply, follow, finish, abort).
+
+    ``handover=True`` (switch, revert, finish): a running ``follow`` holds the lease; it is asked
+    (``wants_runner`` in the row) to hand it over at its next save, and takes it back once this
+    command released it."""
+
+    def __init__(self, client: Any, target: str, *, handover: bool = False):
         self.client = retry.install(client)  # the shared policy for every call the run makes
         self.target = target
         self.owner = _me()
         self._lock = threading.RLock()  # saves from the capture or heartbeat thread and the run
+        self.rewrite = self._take_over() if handover else self._take()
+
+    def _take_over(self) -> Rewrite:
+        deadline = time.monotonic() + HANDOVER_S
+        asked = False
+        while True:
+            try:
+                return self._take()
+            except RewriteConflict:
+                if time.monotonic() >= deadline:
+                    raise
+                if not asked:
+                    current = load(self.client, self.target)
+                    if current is not None:
+                        with contextlib.suppress(RewriteConflict):
+                            save(self.client, current, wants_runner=self.owner)
+                            asked = True
+                time.sleep(0.05)
+
+    @property
+    def handover_requested(self) -> bool:
+        """Another command (switch, revert, finish) asked for this rewrite."""
+        wanted = self.rewrite.get("wants_runner")
+        return bool(wanted) and wanted != self.owner
+
+    def retake(self) -> Rewrite:
+        """Take the lease again after ``release`` (follow, once a switch is over)."""
         self.rewrite = self._take()
+        return self.rewrite
 
     def _take(self) -> Rewrite:
         rewrite = load(self.client, self.target)
@@ -303,7 +373,9 @@ class Runner:
                 "stop that process first (or wait for its lease to run out)"
             )
         return save(self.client, rewrite, runner={"owner": self.owner,
-                                                  "expires_ms": now_ms() + LEASE_S * 1000})
+                                                  "expires_ms": now_ms() + LEASE_S * 1000},
+                    wants_runner=None if rewrite.get("wants_runner") == self.owner
+                    else rewrite.get("wants_runner"))
 
     def save(self, *, phase: str | None = None, **changes: Any) -> Rewrite:
         """Save changes under the lease (renewing it)."""

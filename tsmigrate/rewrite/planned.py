@@ -84,7 +84,7 @@ def upcoming(client: Any, live: Catalog, models: Catalog) -> list[RewriteAhead]:
     for table in models.tables:
         rewrite = rewrites.get(table.name)
         if rewrite is not None and rewrite.active:
-            if rewrite.phase not in (machine.READY, machine.FINISHING, machine.PAUSED):
+            if rewrite.phase not in (machine.READY, *machine.CUT_OVER, machine.FINISHING, machine.PAUSED):
                 out.append(_continued(rewrite))
             continue
         if rewrite is not None and rewrite.phase == machine.DONE:

@@ -22,14 +22,23 @@ NEXT_STEP = {
     machine.PREPARE: "tsmigrate apply continues it",
     machine.BACKFILL: "tsmigrate apply continues it",
     machine.CATCH_UP: "tsmigrate apply continues it",
-    machine.READY: "deploy services on the new model while `tsmigrate rewrite follow {t}` keeps "
-                   "capture running, then `tsmigrate rewrite finish {t}`",
+    machine.READY: "deploy services on the new model (in any order; the model API writes {s} "
+                   "until the switch) while `tsmigrate rewrite follow {t}` keeps capture running, "
+                   "then `tsmigrate rewrite switch {t}`",
+    machine.SWITCHING: "writes are held: tsmigrate rewrite switch {t} (or revert) completes it",
+    machine.SWITCHED: "watch the services; `tsmigrate rewrite revert {t}` goes back to {s}, "
+                      "`tsmigrate rewrite finish {t}` ends the rewrite",
+    machine.REVERTING: "writes are held: tsmigrate rewrite revert {t} (or switch) completes it",
     machine.FINISHING: "tsmigrate rewrite finish {t} completes it",
     machine.PAUSED: "tsmigrate rewrite resume {t}",
     machine.FAILED: "fix the cause above, then tsmigrate apply (or tsmigrate rewrite resume {t})",
     machine.DONE: "nothing: services use {t}",
     machine.ABORTED: "nothing: the target was dropped, the source left as it was",
 }
+
+
+def next_step(rewrite: machine.Rewrite) -> str:
+    return NEXT_STEP[rewrite.phase].format(t=rewrite.target, s=rewrite.source)
 
 
 def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
@@ -76,8 +85,22 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         "verification": verification or None,
         "runner": (rewrite.get("runner") or {}).get("owner"),
         "updated": _when(rewrite.get("updated_ms")),
-        "next": NEXT_STEP[rewrite.phase].format(t=rewrite.target),
+        "side": rewrite.side,
+        "fence": rewrite.get("fence"),
+        "clients": _clients(client, rewrite),
+        "next": next_step(rewrite),
     }
+
+
+def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
+    """Processes routing this rewrite (heartbeats of the last minute): where each writes."""
+    from tsmigrate.rewrite import cutover
+
+    if not rewrite.active:
+        return []
+    return [{"host": c.get("host"), "pid": c.get("pid"), "table": c.get("table"),
+             "side": c.get("side"), "phase": c.get("phase"), "seen": _when(c.get("at_ms"))}
+            for c in cutover.live_clients(client, rewrite.target)]
 
 
 def _when(ms: Any) -> str | None:
@@ -116,10 +139,26 @@ def status_text(data: dict[str, Any]) -> str:
     if data["collisions"]:
         lines.append(f"  collisions: {len(data['collisions'])}")
         lines += [f"    {c}" for c in data["collisions"]]
+    lines.append(f"  writes of the model API go to: {_side_text(data)}")
+    fence = data.get("fence")
+    if fence:
+        lines.append(f"  last fence: to the {fence.get('to')}, writes held {fence.get('held_ms', 0)} ms"
+                     + (f", {len(fence['unacknowledged'])} client(s) did not acknowledge"
+                        if fence.get("unacknowledged") else ""))
+    for c in data.get("clients") or ():
+        lines.append(f"    client {c['host']}:{c['pid']} ({c['table']}): {c['side']}, "
+                     f"saw {c['phase']} at {c['seen']}")
     if data["runner"]:
         lines.append(f"  run by: {data['runner']}")
     lines.append(f"  next: {data['next']}")
     return "\n".join(lines)
+
+
+def _side_text(data: dict[str, Any]) -> str:
+    side = data.get("side")
+    if side == machine.HOLD:
+        return "nowhere: held while the fence is up"
+    return data["source"] if side == machine.SOURCE else data["target"]
 
 
 class ApplyProgress:

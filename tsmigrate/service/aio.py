@@ -18,16 +18,20 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
+from tsmigrate.service.routing import routed
 from tsmigrate.service.rows import Key
 
 M = TypeVar("M", bound=Model)
 
 
 class AsyncRows(Generic[M]):
-    def __init__(self, model: type[M], client: Any, *, retry: TsmigrateRetryPolicy | None = None):
+    def __init__(self, model: type[M], client: Any, *, retry: TsmigrateRetryPolicy | None = None,
+                 routing: bool = True):
         self.model = model
-        self.client = client
         self.codec = codec(model)
+        # While a rewrite moves the model's table, its phase decides which table takes the
+        # writes (routing.py); ``routing=False`` always uses the model's own table.
+        self.client = routed(self.codec, client, asynchronous=True) if routing else client
         # Retries of batch rows and of single-row writes, which repeat themselves rather than
         # leave it to the client's policy (tsmigrate.retry's policy by default).
         self.retry = policy_for(retry)

@@ -1,0 +1,364 @@
+"""The cut-over through the model API: services on both models during a rolling deploy write one
+side at a time (the source until `switch`, the target after), `revert` goes back losing nothing,
+`finish` needs the switch. Cases A, B and C of the cut-over issue, through ``Rows``."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import tablestore as ts
+
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.apply import apply
+from tsmigrate.model import compile_models
+from tsmigrate.rewrite import cutover, driver, machine
+from tsmigrate.rewrite.planned import RewriteSettings
+from tsmigrate.service import Rows, routing
+
+IDENTITY = "local:test"
+
+
+class Counter(Model, table="counters", max_versions=1):
+    device = PrimaryKey(str)
+    seq = PrimaryKey(int)
+    count = Column(int)
+    note = Column(str)
+
+
+class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
+    seq = PrimaryKey(int)
+    device = PrimaryKey(str)
+    count = Column(int)
+    note = Column(str)
+
+
+SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
+
+
+@pytest.fixture
+def ready(ots_instance):
+    """A rewrite of ``counters`` into ``counters_by_seq`` at ready, 20 rows copied."""
+    routing.clear()
+    client = ots_instance.client()
+    apply(client, compile_models([Counter]), target_identity=IDENTITY)
+    old = Rows(Counter, client)
+    for i in range(20):
+        old.put(Counter(device=f"d{i % 4}", seq=i, count=0, note="start"))
+    outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
+                    rewrite_settings=SETTINGS)
+    assert [r.phase for r in outcome.rewrites] == [machine.READY]
+    return client
+
+
+def _raw(client, table: str, key: list) -> dict | None:
+    _, row, _ = client.get_row(table, key, max_version=1)
+    return None if row is None else {c[0]: c[1] for c in row.attribute_columns}
+
+
+def _catch_up(client) -> None:
+    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
+        if runner.rewrite.phase == machine.READY:
+            driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
+        else:
+            driver._drain_reverse(client, runner, driver.quiet)
+
+
+def _switch(client, **options) -> machine.Rewrite:
+    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
+        return cutover.switch(client, driver.spec_of(client, True), runner, report=driver.quiet,
+                              **options)
+
+
+def _revert(client) -> machine.Rewrite:
+    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
+        return cutover.revert(client, runner, report=driver.quiet)
+
+
+def test_both_models_write_the_source_until_the_switch_cases_a_b_c(ready):
+    client = ready
+    old, new = Rows(Counter, client), Rows(CounterV2, client)
+    # C: a row created through the new model is seen at once through the old one (no lag):
+    # before the switch its write went to the source.
+    new.put(CounterV2(seq=100, device="dX", count=7, note="made by v2"))
+    assert old.get(device="dX", seq=100).note == "made by v2"
+    assert _raw(client, "counters", [("device", "dX"), ("seq", 100)])["count"] == 7
+    assert _raw(client, "counters_by_seq", [("seq", 100), ("device", "dX")]) is None  # not yet
+    # A: the new model sets note; later the old model increments count on the same row.
+    new.update({"seq": 1, "device": "d1"}, set={"note": "set by v2"})
+    time.sleep(0.01)
+    old.update({"device": "d1", "seq": 1}, increment={"count": 1})
+    # B: the old model writes note, then the new model writes it again: the later one stands.
+    old.update({"device": "d2", "seq": 2}, set={"note": "old first"})
+    new.update({"seq": 2, "device": "d2"}, set={"note": "new second"})
+    _catch_up(client)
+    row1, row2 = new.get(seq=1, device="d1"), new.get(seq=2, device="d2")
+    assert (row1.note, row1.count) == ("set by v2", 1)
+    assert row2.note == "new second"
+    # Both tables say the same, whichever model reads.
+    assert _raw(client, "counters_by_seq", [("seq", 1), ("device", "d1")]) == {
+        "count": 1, "note": "set by v2"}
+    assert old.get(device="d2", seq=2).note == "new second"
+
+
+def test_switch_then_writes_go_to_the_target_revert_keeps_them_finish_needs_the_switch(ready):
+    client = ready
+    old, new = Rows(Counter, client), Rows(CounterV2, client)
+    with machine.Runner(client, CounterV2.table_name()) as runner, pytest.raises(
+            machine.RewriteError, match=r"not switched.*rewrite switch"):
+        driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+
+    switched = _switch(client)
+    assert switched.phase == machine.SWITCHED and switched.side == machine.TARGET
+    assert switched.get("fence")["held_ms"] >= 0
+    routing.clear()  # the routes other processes would read after their lease
+    old.put(Counter(device="dY", seq=200, count=5, note="old model, after the switch"))
+    # The old model's write landed in the target; the new model reads it at once.
+    assert _raw(client, "counters_by_seq", [("seq", 200), ("device", "dY")])["count"] == 5
+    assert new.get(seq=200, device="dY").note == "old model, after the switch"
+    assert _raw(client, "counters", [("device", "dY"), ("seq", 200)]) is None  # until reverse capture
+    _catch_up(client)  # reverse capture: readers of the old table see it too
+    assert _raw(client, "counters", [("device", "dY"), ("seq", 200)])["count"] == 5
+
+    old.update({"device": "d3", "seq": 3}, increment={"count": 2})
+    reverted = _revert(client)
+    assert reverted.phase == machine.READY and reverted.side == machine.SOURCE
+    routing.clear()
+    # Writes made after the switch are in the source, the side of record again.
+    assert _raw(client, "counters", [("device", "d3"), ("seq", 3)])["count"] == 2
+    new.update({"seq": 3, "device": "d3"}, increment={"count": 1})
+    assert _raw(client, "counters", [("device", "d3"), ("seq", 3)])["count"] == 3
+
+    _switch(client)
+    routing.clear()
+    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
+        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+    assert done.phase == machine.DONE and done.side == machine.TARGET
+    assert old.get(device="d3", seq=3).count == 3  # an old service still reads the table of record
+    assert new.get(seq=200, device="dY").count == 5
+
+
+def test_a_write_to_the_target_before_the_switch_refuses_it_unless_accepted(ready):
+    client = ready
+    client.put_row("counters_by_seq", ts.Row([("seq", 5), ("device", "d1")], [("note", "raw sdk")]),
+                   ts.Condition("IGNORE"))
+    with pytest.raises(cutover.WrongSideWrites, match="accept-target-writes"):
+        _switch(client)
+    assert machine.load(client, CounterV2.table_name()).phase == machine.READY
+    assert _switch(client, accept_target_writes=True).phase == machine.SWITCHED
+
+
+def test_writers_on_both_models_through_a_switch_and_a_revert_lose_no_increment(ready):
+    _busy_switch_and_revert(ready)
+
+
+def _busy_switch_and_revert(client) -> dict[int, int]:
+    """Writers on both models increment counters while a switch and a revert run; returns the
+    increments acknowledged per row, which the old table (side of record again) must hold."""
+    stop = threading.Event()
+    acknowledged = {i: 0 for i in range(20)}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def writer(model, n: int) -> None:
+        rows = Rows(model, client)
+        i = n
+        try:
+            while not stop.is_set():
+                key = {"device": f"d{i % 4}", "seq": i}
+                rows.update(key, increment={"count": 1})
+                with lock:
+                    acknowledged[i] += 1
+                i = (i + 3) % 20
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(m, n)) for n, m in
+               enumerate([Counter, CounterV2, Counter, CounterV2])]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)
+        assert _switch(client).phase == machine.SWITCHED
+        time.sleep(0.3)
+        assert _revert(client).phase == machine.READY
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert sum(acknowledged.values()) > 20  # the writers did write throughout
+    # Reverted: the old table is the side of record, and it holds every acknowledged increment,
+    # those made through either model before, during and after the switch.
+    assert {i: _raw(client, "counters", [("device", f"d{i % 4}"), ("seq", i)])["count"]
+            for i in range(20)} == acknowledged
+    return acknowledged
+
+
+def test_a_second_switch_after_a_busy_revert_then_finish_keeps_every_increment(ready):
+    client = ready
+    acknowledged = _busy_switch_and_revert(client)
+    assert _switch(client).phase == machine.SWITCHED
+    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
+        driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+    new = Rows(CounterV2, client)
+    assert {i: new.get(seq=i, device=f"d{i % 4}").count for i in range(20)} == acknowledged
+
+
+def test_status_lists_the_clients_and_the_side_they_write(ready):
+    from tsmigrate.rewrite.progress import status_data, status_text
+
+    client = ready
+    routing.clear()  # a process that starts now: it registers before its first write
+    Rows(Counter, client).put(Counter(device="dZ", seq=300, count=1))
+    data = status_data(client, machine.load(client, CounterV2.table_name()))
+    assert data["side"] == machine.SOURCE
+    assert [(c["table"], c["side"]) for c in data["clients"]] == [("counters", "source")]
+    assert "writes of the model API go to: counters" in status_text(data)
+
+
+# --- at the entry points a user touches: the commands ---------------------------------------------
+
+COUNTERS_V1 = '''
+from tsmigrate import Column, Model, PrimaryKey
+
+
+class Counter(Model, table="counters", max_versions=1):
+    device = PrimaryKey(str)
+    seq = PrimaryKey(int)
+    count = Column(int)
+    note = Column(str)
+'''
+COUNTERS_V2 = COUNTERS_V1 + '''
+
+class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
+    seq = PrimaryKey(int)
+    device = PrimaryKey(str)
+    count = Column(int)
+    note = Column(str)
+'''
+
+
+def _cli(tmp_path, ots, *args: str):
+    import clirun
+
+    from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+
+    result = clirun.run(tmp_path, *args, extra_env={
+        "TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET})
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
+    routing.clear()
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (tmp_path / "app_models.py").write_text(COUNTERS_V1)
+    assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
+    Rows(Counter, ots_instance.client()).put(Counter(device="d1", seq=1, count=1))
+    (tmp_path / "app_models.py").write_text(COUNTERS_V2)
+    assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
+
+    early = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
+    assert early.returncode == 1
+    assert "ready, not switched" in early.stderr
+    assert "tsmigrate rewrite switch counters_by_seq" in early.stderr
+    switched = _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq", "--lease", "1")
+    assert switched.returncode == 0, switched.stderr
+    assert "counters_by_seq: switched; services on the model API write counters_by_seq." in switched.stdout
+    assert "Writes held" in switched.stdout
+    status = json.loads(_cli(tmp_path, ots_instance, "rewrite", "status", "counters_by_seq",
+                             "--format", "json").stdout)
+    assert (status["phase"], status["side"], status["fence"]["to"]) == ("switched", "target", "target")
+    assert machine.load(ots_instance.client(), "counters_by_seq").get("routing_lease_s") == 1.0
+    abort = _cli(tmp_path, ots_instance, "rewrite", "abort", "counters_by_seq")
+    assert abort.returncode == 1 and "rewrite revert counters_by_seq" in abort.stderr
+    reverted = _cli(tmp_path, ots_instance, "rewrite", "revert", "counters_by_seq")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "reverted; services on the model API write counters." in reverted.stdout
+    assert _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq").returncode == 0
+    done = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
+    assert done.returncode == 0, done.stderr
+    assert "reverse capture stopped" in done.stdout
+    assert machine.load(ots_instance.client(), "counters_by_seq").phase == machine.DONE
+
+
+def test_plan_says_what_a_model_needs_when_its_key_cannot_locate_rows_in_the_other_table(
+        tmp_path, ots_instance):
+    import rewrite_tables as rt
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (tmp_path / "app_models.py").write_text(rt.MODELS_V1)
+    assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
+    (tmp_path / "app_models.py").write_text(rt.MODELS_V2)
+    text = _cli(tmp_path, ots_instance, "plan")
+    need = ("get, update and delete through the model of readings need region (not in its key) "
+            "after the switch")
+    assert need in " ".join(text.stdout.split())
+    plan = json.loads(_cli(tmp_path, ots_instance, "plan", "--format", "json").stdout)
+    [step] = [s for s in plan["steps"] if s["kind"] == "rewrite_table"]
+    assert need in step["reason"]
+
+
+def test_async_rows_route_by_the_phase_too(ready, ots_instance):
+    import asyncio
+
+    from tsmigrate.service import AsyncRows
+
+    client = ready
+
+    async def scenario(seq: int) -> tuple:
+        routing.clear()
+        async_client = ots_instance.async_client()
+        try:
+            new = AsyncRows(CounterV2, async_client)
+            await new.put(CounterV2(seq=seq, device="dA", count=seq))
+            got = await new.get(seq=seq, device="dA")
+            return got.count, await AsyncRows(Counter, async_client).batch_get(
+                [{"device": "dA", "seq": seq}])
+        finally:
+            await async_client.close()
+
+    count, batch = asyncio.run(scenario(400))
+    assert count == 400 and batch.rows[0].count == 400
+    assert _raw(client, "counters", [("device", "dA"), ("seq", 400)]) == {"count": 400}  # the source
+    _switch(client)
+    count, batch = asyncio.run(scenario(401))
+    assert count == 401 and batch.rows[0].count == 401
+    assert _raw(client, "counters_by_seq", [("seq", 401), ("device", "dA")]) == {"count": 401}
+    assert _raw(client, "counters", [("device", "dA"), ("seq", 401)]) is None  # until reverse capture
+
+
+def test_a_fence_left_up_holds_writes_then_says_so_and_an_unreadable_state_stops_them(
+        ready, monkeypatch):
+    client = ready
+    monkeypatch.setattr(routing, "HOLD_S", 0.3)
+    machine.request(client, CounterV2.table_name(), machine.SWITCHING)  # a switch killed mid-fence
+    routing.clear()
+    rows = Rows(Counter, client)
+    assert rows.get(device="d1", seq=1).count == 0  # reads go on, to the side before the fence
+    with pytest.raises(routing.WritesHeld, match=r"writes held .* is switching; .*run it again"):
+        rows.update({"device": "d1", "seq": 1}, increment={"count": 1})
+    assert _raw(client, "counters", [("device", "d1"), ("seq", 1)])["count"] == 0
+    assert _revert(client).phase == machine.READY  # revert lowers a killed switch's fence
+    routing.clear()
+    rows = Rows(Counter, client)
+    rows.update({"device": "d1", "seq": 1}, increment={"count": 1})
+    assert _raw(client, "counters", [("device", "d1"), ("seq", 1)])["count"] == 1
+
+    monkeypatch.setattr(routing, "REFRESH_WAIT_S", 0.2)
+    router = rows.client._router
+    router.expires = 0.0  # the lease ran out
+
+    def unreadable(*_args, **_kwargs):
+        raise ts.OTSServiceError(503, "OTSServerUnavailable", "down")
+
+    monkeypatch.setattr(routing, "_rewrites_op", unreadable)
+    with pytest.raises(routing.RoutingUnavailable, match="writes stop rather than guess a side"):
+        rows.update({"device": "d1", "seq": 1}, increment={"count": 1})
+    assert _raw(client, "counters", [("device", "d1"), ("seq", 1)])["count"] == 1

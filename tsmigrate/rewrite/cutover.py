@@ -1,0 +1,269 @@
+"""The cut-over: which table services on the model API write, moved under a fence.
+
+Tablestore has no rename, so no table swap makes a cut-over atomic; the model API does
+(``tsmigrate.service.routing``): every ``Rows`` reads the rewrite's phase under a lease and
+writes the side it names. ``switch`` moves that side from the source to the target:
+
+1. Before the fence: capture catches up and the whole target is verified; rows written to the
+   target by anything but capture (the wrong side) refuse the switch unless accepted. The target's
+   stream is turned on for reverse capture.
+2. ``switching`` is recorded: the fence. A process that reads it holds its writes and, once its
+   writes in flight landed, acknowledges in its heartbeat row.
+3. The switch waits until every live client acknowledged, or the lease (plus a margin) ran out:
+   after that no process can still write the source unseen.
+4. Capture drains the source's stream; the rows it changed since verification are verified again.
+5. ``switched`` is recorded with the start of reverse capture (the target's stream, applied to the
+   source with the same per-cell rule), so readers of the old table keep seeing every write and a
+   revert loses nothing. Held writes go on, to the target.
+
+``revert`` is the same fence the other way (until ``finish``); forward capture resumes. A kill
+at any point leaves ``switching`` or ``reverting``: the next ``switch`` or ``revert`` finishes or
+undoes it. ``follow`` hands its lease over for the fence and then captures in the direction the
+phase names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from tsmigrate import adapter
+from tsmigrate.rawclient import RawClient
+from tsmigrate.rewrite import capture as capture_mod
+from tsmigrate.rewrite import machine, prepare
+from tsmigrate.rewrite.job import RewriteJob
+from tsmigrate.service import routing
+from tsmigrate.state import STATE_TABLE
+
+FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
+LIVE_S = 60.0  # a heartbeat this recent is a process that may still write (clock skew included)
+
+Report = Callable[[str, dict[str, Any]], None]
+
+
+class WrongSideWrites(machine.RewriteError):
+    """Rows of the target were written before the switch by something other than capture."""
+
+
+def clients(client: Any, target: str) -> list[dict[str, Any]]:
+    """The heartbeat rows of processes routing the rewrite into ``target``."""
+    with contextlib.suppress(Exception):
+        rows = adapter.scan_prefix(client, STATE_TABLE, ("kind", routing.CLIENT_KIND), "id")
+        return [{"id": str(key).partition("/")[2], **columns} for key, columns in rows
+                if str(key).startswith(f"{target}/")]
+    return []
+
+
+def live_clients(client: Any, target: str) -> list[dict[str, Any]]:
+    now = machine.now_ms()
+    return [c for c in clients(client, target) if now - int(c.get("at_ms", 0)) < LIVE_S * 1000]
+
+
+# --- reverse capture: the target's changes applied to the source ------------------------------
+
+
+def reverse_job(job: RewriteJob) -> RewriteJob:
+    return RewriteJob(id=f"{job.id}-reverse", source=job.target, target=job.source,
+                      created_ms=job.created_ms)
+
+
+def make_reverse_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
+    from tsmigrate.rewrite import transform, writer
+    from tsmigrate.rewrite.driver import job_of
+
+    job = reverse_job(job_of(rewrite))
+    return capture_mod.Capture(
+        client, job, transform.RowTransform.build(job.source, job.target,
+                                                  default_timestamp=job.created_ms),
+        rewrite.doc["reverse_capture"], split_of=lambda _key: 0, split_done=lambda _index: True,
+        writer=writer, touched=None,
+    )
+
+
+def save_reverse(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> machine.Rewrite:
+    return runner.save(reverse_capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
+                       reverse_stats=attrs.asdict(capture.stats), **extra)
+
+
+def enable_target_stream(client: Any, runner: machine.Runner, job: RewriteJob) -> None:
+    """The target's stream, for reverse capture (its origin columns: what the source key is built
+    from beyond the target key)."""
+    if runner.rewrite.get("target_stream_was") is not None:
+        return
+    from tsmigrate.rewrite import transform
+
+    backward = transform.RowTransform.build(job.target, job.source)
+    was = prepare.enable_stream(RawClient(client), job.target.name, sorted(backward.key_sources))
+    runner.save(target_stream_was=was)
+
+
+# --- the fence ---------------------------------------------------------------------------------
+
+
+def _recording(capture: capture_mod.Capture) -> set[tuple]:
+    """The source keys ``capture`` syncs from now on (verified again under the fence)."""
+    seen: set[tuple] = set()
+    sync = capture.sync
+
+    def recorded(keys: Any) -> None:
+        seen.update(keys)
+        sync(keys)
+
+    capture.sync = recorded  # type: ignore[method-assign]
+    return seen
+
+
+def _verify_keys(client: Any, job: RewriteJob, keys: Iterable[tuple]) -> list[str]:
+    """Source keys whose target row is not exactly the transform of the source row."""
+    from tsmigrate.rewrite import copy, transform
+
+    keys = list(keys)
+    if not keys:
+        return []
+    t = transform.build(job)
+    sources = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
+    expected = {k: t.apply(list(k), row) for k, row in sources.items()}
+    targets = capture_mod.read_rows(client, job.target.name,
+                                    [tuple(map(tuple, e.primary_key)) for e in expected.values()],
+                                    job.target.options.max_versions)
+    differ = []
+    for key, row in expected.items():
+        got = targets.get(tuple(map(tuple, row.primary_key)))
+        if got is None or {c[0]: c[1] for c in got} != {c[0]: c[1] for c in row.columns}:
+            differ.append(transform.format_key(key))
+    return differ
+
+
+def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: Callable[[], Any],
+                     report: Report) -> dict[str, Any]:
+    """Until every live client acknowledged the fence (its heartbeat saw this version or later)
+    or the lease ran out since the fence went up; ``step`` keeps capture going meanwhile."""
+    rewrite = runner.rewrite
+    lease = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
+    lease = max(lease, float(rewrite.get("previous_lease_s") or 0))  # routes read under the old one
+    deadline_ms = fence_ms + int((lease + FENCE_MARGIN_S) * 1000)
+    # A process whose last read predates the rewrite has no heartbeat row yet: acknowledgements
+    # can end the wait only once any such read has run out.
+    unseen_ms = int(rewrite.get("created_ms") or 0) + int((lease + FENCE_MARGIN_S) * 1000)
+    version = int(rewrite.get("fence_version") or rewrite.version)
+    pending: list[dict[str, Any]] = []
+    while True:
+        live = live_clients(client, rewrite.target)
+        pending = [c for c in live if int(c.get("seen_version", -1)) < version]
+        now = machine.now_ms()
+        if (not pending and now >= unseen_ms) or now >= deadline_ms:
+            break
+        step()
+        time.sleep(routing.POLL_S)
+    acknowledged = [c for c in live_clients(client, rewrite.target)
+                    if int(c.get("seen_version", -1)) >= version]
+    report("fence", {"acknowledged": len(acknowledged), "unacknowledged": pending})
+    return {"acknowledged": len(acknowledged),
+            "unacknowledged": [f"{c.get('host')}:{c.get('pid')}" for c in pending]}
+
+
+def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | None = None,
+           accept_target_writes: bool = False, report: Report) -> machine.Rewrite:
+    """Move the side of record to the target (see the module docstring)."""
+    from tsmigrate.rewrite import driver
+
+    rewrite = runner.rewrite
+    job = driver.job_of(rewrite)
+    if rewrite.phase == machine.SWITCHED:
+        return rewrite
+    if rewrite.phase == machine.REVERTING:  # a killed revert: the target is still the side of record
+        return _lower(client, runner, job, machine.SWITCHED, report)
+    if rewrite.phase == machine.READY:
+        capture = driver.make_capture(client, rewrite)
+        driver.catch_up(runner, capture, report)
+        check_target(client, spec, runner, capture, accept_target_writes, report)
+        enable_target_stream(client, runner, job)
+        previous = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
+        runner.save(phase=machine.SWITCHING, fence_ms=machine.now_ms(),
+                    routing_lease_s=float(lease_s or previous), previous_lease_s=previous,
+                    fence_version=runner.rewrite.version + 1, error=None)
+    elif rewrite.phase != machine.SWITCHING:
+        raise driver.not_ready(rewrite, "switch needs phase ready")
+    capture = driver.make_capture(client, runner.rewrite)
+    changed = _recording(capture)
+    fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
+    acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
+    driver.catch_up(runner, capture, report)
+    differ = _verify_keys(client, job, changed)
+    if differ:
+        runner.save(phase=machine.READY, error=f"switch: {len(differ)} row(s) differ after the fence")
+        raise machine.RewriteError(
+            f"switch: {len(differ)} row(s) of {job.target.name} differ from {job.source.name} after "
+            f"capture drained (first: {'; '.join(differ[:5])}); writes go on to {job.source.name}. "
+            f"`tsmigrate rewrite status {job.target.name}` shows the rewrite"
+        )
+    # A second switch goes on from where the revert drained reverse capture.
+    reverse = (runner.rewrite.get("reverse_capture")
+               or prepare.capture_start(RawClient(client), job.target.name))
+    held_ms = machine.now_ms() - fence_ms
+    return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,
+                       fence={**acks, "held_ms": held_ms, "to": machine.TARGET})
+
+
+def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Rewrite:
+    """Move the side of record back to the source, losing none of the target's writes."""
+    from tsmigrate.rewrite import driver
+
+    rewrite = runner.rewrite
+    job = driver.job_of(rewrite)
+    if rewrite.phase == machine.SWITCHING:  # a killed switch: nothing was written to the target
+        return runner.save(phase=machine.READY, fence={"to": machine.SOURCE, "held_ms": 0})
+    if rewrite.phase == machine.SWITCHED:
+        runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(),
+                    fence_version=runner.rewrite.version + 1)
+    elif rewrite.phase != machine.REVERTING:
+        raise machine.RewriteError(
+            f"the rewrite into {rewrite.target} is {rewrite.phase}; revert needs phase switched "
+            "(before finish)"
+        )
+    return _lower(client, runner, job, machine.READY, report)
+
+
+def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
+           report: Report) -> machine.Rewrite:
+    """Lower a revert's fence: to ``ready`` (finish it) or back to ``switched`` (undo it)."""
+    capture = make_reverse_capture(client, runner.rewrite)
+    fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
+    acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
+    while True:
+        capture.step()
+        save_reverse(runner, capture)
+        if capture.stats.caught_up:
+            break
+    held_ms = machine.now_ms() - fence_ms
+    fence = {**acks, "held_ms": held_ms, "to": machine.SOURCE if to == machine.READY else machine.TARGET}
+    if to == machine.READY:
+        # The source changed under reverse capture: verification reads every split again.
+        return runner.save(phase=machine.READY, touched_splits=None, reverted_ms=machine.now_ms(),
+                           fence=fence)
+    return runner.save(phase=machine.SWITCHED, fence=fence)
+
+
+def check_target(client: Any, spec: Any, runner: machine.Runner, capture: capture_mod.Capture,
+                 accept: bool, report: Report) -> None:
+    """Verify the whole target before the fence: a row capture did not write is a write to the
+    wrong side (a service or script writing the new table directly)."""
+    from tsmigrate.rewrite import driver
+
+    try:
+        driver.verify_until_stable(client, spec, runner, capture, report, since_ms=None)
+    except machine.RewriteError as exc:
+        verification = runner.rewrite.get("verification") or {}
+        blocking = verification.get("first_differences") or []
+        if accept and not verification.get("collisions"):
+            report("wrong-side", {"rows": blocking})
+            return
+        raise WrongSideWrites(
+            f"{exc}. Rows of {runner.rewrite.target} were changed before the switch by something "
+            "other than capture (services on the model API write the source until the switch); "
+            "`tsmigrate rewrite switch --accept-target-writes` switches anyway if they are intended"
+        ) from None
