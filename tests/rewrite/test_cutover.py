@@ -362,3 +362,46 @@ def test_a_fence_left_up_holds_writes_then_says_so_and_an_unreadable_state_stops
     with pytest.raises(routing.RoutingUnavailable, match="writes stop rather than guess a side"):
         rows.update({"device": "d1", "seq": 1}, increment={"count": 1})
     assert _raw(client, "counters", [("device", "d1"), ("seq", 1)])["count"] == 1
+
+
+def _eventually(check, deadline_s: float = 10.0) -> None:
+    """Wait for ``check()`` (capture runs in another thread), at most ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the deadline"
+        time.sleep(0.05)
+
+
+def test_follow_hands_over_to_switch_and_revert_then_captures_the_phases_direction(ready):
+    client = ready
+    stop = threading.Event()
+    followed: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            with machine.Runner(client, CounterV2.table_name()) as runner:
+                driver.follow(client, runner, 30, stop=stop)
+        except BaseException as exc:
+            followed.append(exc)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        _eventually(lambda: (machine.load(client, CounterV2.table_name()).get("runner") or {}).get("owner"))
+        Rows(Counter, client).update({"device": "d1", "seq": 1}, set={"note": "before"})
+        _eventually(lambda: (_raw(client, "counters_by_seq", [("seq", 1), ("device", "d1")]) or {})
+                    .get("note") == "before")  # forward capture, by follow
+        assert _switch(client).phase == machine.SWITCHED  # follow handed its lease over
+        routing.clear()
+        Rows(Counter, client).update({"device": "d1", "seq": 1}, set={"note": "after"})
+        assert _raw(client, "counters_by_seq", [("seq", 1), ("device", "d1")])["note"] == "after"
+        _eventually(lambda: _raw(client, "counters", [("device", "d1"), ("seq", 1)])["note"] == "after")
+        assert _revert(client).phase == machine.READY
+        routing.clear()
+        Rows(CounterV2, client).update({"seq": 1, "device": "d1"}, set={"note": "reverted"})
+        _eventually(lambda: _raw(client, "counters_by_seq", [("seq", 1), ("device", "d1")])["note"]
+                    == "reverted")
+    finally:
+        stop.set()
+        thread.join()
+    assert not followed, followed

@@ -71,8 +71,9 @@ def follow(table, project, target_name, endpoint, instance, seconds):
     def report(event: str, data: dict[str, Any]) -> None:
         if event == "capture" and time.monotonic() - last[0] > 2:
             last[0] = time.monotonic()
-            err_console.print(f"capture lag {data['lag_s']:.1f}s, applied {data['applied']:,}, "
-                              f"moved {data['moved']:,}")
+            into = "old table" if data.get("direction") == machine.SWITCHED else "new table"
+            err_console.print(f"capture into the {into}: lag {data['lag_s']:.1f}s, "
+                              f"applied {data['applied']:,}, moved {data['moved']:,}")
 
     with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
@@ -82,9 +83,11 @@ def follow(table, project, target_name, endpoint, instance, seconds):
             except KeyboardInterrupt:
                 err_console.print("stopped; the capture position is saved")
             current = runner.rewrite
-    console.print(f"{current.target}: capture followed {current.source} "
-                  f"(lag {current.get('capture_lag_s', 0):.1f}s). "
-                  f"Next: tsmigrate rewrite finish {current.target} once every service uses it.")
+    from tsmigrate.rewrite.progress import next_step
+
+    followed = current.target if current.side == machine.TARGET else current.source
+    console.print(f"{current.target}: {current.phase}, capture followed {followed} "
+                  f"(lag {current.get('capture_lag_s') or 0:.1f}s). Next: {next_step(current)}")
 
 
 @rewrite.command()

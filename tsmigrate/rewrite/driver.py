@@ -384,31 +384,38 @@ def fail(runner: machine.Runner, exc: BaseException) -> None:
             runner.save(phase=machine.FAILED, error=str(exc)[:2000])
 
 
-def follow(client: Any, runner: machine.Runner, seconds: float | None, report: Report = quiet) -> None:
+def follow(client: Any, runner: machine.Runner, seconds: float | None, report: Report = quiet,
+           stop: threading.Event | None = None) -> None:
     """Keep capture running for ``seconds`` (None: until interrupted or finished): the source's
     changes into the target while the source is the side of record (ready), the target's into the
     source once switched. A switch, revert or finish asks for the lease: follow hands it over,
-    waits for the fence to come down, and goes on in the direction the phase then names."""
+    waits for the fence to come down, and goes on in the direction the phase then names.
+    ``stop``: set by another thread to end it (a process that embeds follow)."""
     from tsmigrate.rewrite import cutover
 
     deadline = None if seconds is None else time.monotonic() + seconds
+
+    def over() -> bool:
+        return (deadline is not None and time.monotonic() >= deadline) or (
+            stop is not None and stop.is_set())
+
     if runner.rewrite.phase not in (machine.READY, machine.SWITCHED):
         raise not_ready(runner.rewrite, "follow runs in phase ready or switched")
-    while deadline is None or time.monotonic() < deadline:
+    while not over():
         phase = runner.rewrite.phase
         if phase == machine.READY:
-            _follow(runner, make_capture(client, runner.rewrite), _save_capture, deadline, report)
+            _follow(runner, make_capture(client, runner.rewrite), _save_capture, over, report)
         elif phase == machine.SWITCHED:
             _follow(runner, cutover.make_reverse_capture(client, runner.rewrite), cutover.save_reverse,
-                    deadline, report)
-        if deadline is not None and time.monotonic() >= deadline:
+                    over, report)
+        if over():
             return
         phase = runner.rewrite.phase
         if phase not in (machine.READY, machine.SWITCHED, machine.SWITCHING, machine.REVERTING):
             report("follow-ended", {"phase": phase})
             return  # finishing, done, aborted, paused: not follow's to go on with
         runner.release()  # handed over: wait for the other command, then take the lease back
-        while deadline is None or time.monotonic() < deadline:
+        while not over():
             time.sleep(CAPTURE_IDLE_S)
             current = machine.refresh(client, runner.rewrite)
             lease = current.get("runner") or {}
@@ -424,12 +431,12 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
 
 
 def _follow(runner: machine.Runner, capture: capture_mod.Capture,
-            save: Callable[..., Any], deadline: float | None, report: Report) -> None:
-    """Apply ``capture`` until the deadline, or until another command wants the rewrite."""
+            save: Callable[..., Any], over: Callable[[], bool], report: Report) -> None:
+    """Apply ``capture`` until ``over()``, or until another command wants the rewrite."""
     phase = runner.rewrite.phase
     last_save = 0.0
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while not over():
             read = capture.step()
             if time.monotonic() - last_save > SAVE_EVERY_S:
                 save(runner, capture)

@@ -18,7 +18,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
-from tsmigrate.service.routing import routed
+from tsmigrate.service.routed import routed
 from tsmigrate.service.rows import Key
 
 M = TypeVar("M", bound=Model)

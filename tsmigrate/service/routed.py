@@ -1,0 +1,253 @@
+"""The SDK client ``Rows``/``AsyncRows`` call through: row calls on a rewritten table go to the
+side its rewrite's phase names (``tsmigrate.service.routing``), through the key transform or its
+inverse; everything else passes through unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tablestore import metadata as md
+
+from tsmigrate.service.routing import Route, Router, router_for
+
+
+class _Calls:
+    """How each SDK call of ``Rows`` is sent to the other side, and its answer read back."""
+
+    def __init__(self, table: str):
+        self.table = table
+
+    @staticmethod
+    def row_for(route: Route, row: md.Row, update: bool) -> md.Row:
+        t = route.translator
+        assert t is not None
+        pk = row.primary_key
+        if not update:
+            cells = list(row.attribute_columns or ())
+            return md.Row(t.key(pk, cells), t.cells(pk, cells))
+        changes = dict(row.attribute_columns or {})
+        puts = list(changes.get(md.UpdateType.PUT, ()))
+        t.check_columns([c[0] for kind in changes.values() for c in kind], pk)
+        key = t.key(pk, puts, what="update")
+        values = t.out.natural(list(pk), [(c[0], c[1]) for c in puts])
+        named = {c[0] for c in puts}
+        puts += [(f, values[f]) for f in t.out.added if f not in named and f in values]
+        if puts:
+            changes[md.UpdateType.PUT] = puts
+        return md.Row(key, changes)
+
+    @staticmethod
+    def row_back(route: Route, answer: tuple, columns: Sequence[str] | None) -> tuple:
+        consumed, row, token = answer
+        if row is None:
+            return answer
+        t = route.translator
+        assert t is not None
+        pk, cells = t.row_back(row)
+        if columns is not None:
+            cells = [c for c in cells if c[0] in set(columns)]
+        return consumed, md.Row(pk, cells), token
+
+    def batch_write_for(self, route: Route, request: md.BatchWriteRowRequest) -> md.BatchWriteRowRequest:
+        item = request.items.get(self.table)
+        if item is None:
+            return request
+        moved = md.BatchWriteRowRequest()
+        for name, other in request.items.items():
+            if name != self.table:
+                moved.add(other)
+        rows = []
+        for row_item in item.row_items:
+            update = isinstance(row_item, md.UpdateRowItem)
+            if isinstance(row_item, md.DeleteRowItem):
+                row = md.Row(route.translator.key(row_item.row.primary_key, what="delete"))
+            else:
+                row = self.row_for(route, row_item.row, update)
+            rows.append(type(row_item)(row, row_item.condition, getattr(row_item, "return_type", None)))
+        moved.add(md.TableInBatchWriteRowItem(route.translator.other_table, rows))
+        moved.transaction_id = request.transaction_id
+        return moved
+
+    def batch_write_back(self, route: Route, response: Any) -> Any:
+        other = route.translator.other_table
+        for results in (response.table_of_put, response.table_of_update, response.table_of_delete):
+            if other in results:
+                results[self.table] = results.pop(other)
+        return response
+
+    def batch_get_for(self, route: Route, request: md.BatchGetRowRequest) -> md.BatchGetRowRequest:
+        item = request.items.get(self.table)
+        if item is None:
+            return request
+        moved = md.BatchGetRowRequest()
+        for name, other in request.items.items():
+            if name != self.table:
+                moved.add(other)
+        keys = [route.translator.key(pk, what="get") for pk in item.primary_keys]
+        moved.add(md.TableInBatchGetRowItem(route.translator.other_table, keys, None,
+                                            item.column_filter, item.max_version))
+        return moved
+
+    def batch_get_back(self, route: Route, request: md.BatchGetRowRequest, response: Any) -> Any:
+        item = request.items.get(self.table)
+        other = route.translator.other_table
+        if item is None or other not in response.items:
+            return response
+        wanted = set(item.columns_to_get) if item.columns_to_get else None
+        for answer in response.items.pop(other):
+            if answer.is_ok and answer.row is not None:
+                pk, cells = route.translator.row_back(answer.row)
+                if wanted is not None:
+                    cells = [c for c in cells if c[0] in wanted]
+                answer.row = md.Row(pk, cells) if pk else None
+            response.items.setdefault(self.table, []).append(answer)
+        return response
+
+
+
+
+class RoutedClient:
+    """An ``OTSClient`` whose row calls on one table go to the side its rewrite names."""
+
+    def __init__(self, client: Any, router: Router):
+        self._client = client
+        self._router = router
+        self._calls = _Calls(router.table)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_row(self, table: str, key: Any, columns_to_get: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if table != self._router.table:
+            return self._client.get_row(table, key, columns_to_get, *args, **kwargs)
+        route = self._router.current(self._client)
+        if not route.reads_other:
+            return self._client.get_row(table, key, columns_to_get, *args, **kwargs)
+        other = route.translator
+        assert other is not None
+        answer = self._client.get_row(other.other_table, other.key(key, what="get"), None, *args, **kwargs)
+        return self._calls.row_back(route, answer, columns_to_get)
+
+    def _write(self, method: str, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        if table != self._router.table:
+            return getattr(self._client, method)(table, row, *args, **kwargs)
+        route = self._router.begin_write(self._client)
+        try:
+            if not route.writes_other:
+                return getattr(self._client, method)(table, row, *args, **kwargs)
+            moved = (md.Row(route.translator.key(row.primary_key, what="delete"))
+                     if method == "delete_row" else
+                     self._calls.row_for(route, row, method == "update_row"))
+            return getattr(self._client, method)(route.translator.other_table, moved, *args, **kwargs)
+        finally:
+            self._router.end_write()
+
+    def put_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return self._write("put_row", table, row, *args, **kwargs)
+
+    def update_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return self._write("update_row", table, row, *args, **kwargs)
+
+    def delete_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return self._write("delete_row", table, row, *args, **kwargs)
+
+    def batch_write_row(self, request: md.BatchWriteRowRequest) -> Any:
+        if self._router.table not in request.items:
+            return self._client.batch_write_row(request)
+        route = self._router.begin_write(self._client)
+        try:
+            if not route.writes_other:
+                return self._client.batch_write_row(request)
+            response = self._client.batch_write_row(self._calls.batch_write_for(route, request))
+            return self._calls.batch_write_back(route, response)
+        finally:
+            self._router.end_write()
+
+    def batch_get_row(self, request: md.BatchGetRowRequest) -> Any:
+        if self._router.table not in request.items:
+            return self._client.batch_get_row(request)
+        route = self._router.current(self._client)
+        if not route.reads_other:
+            return self._client.batch_get_row(request)
+        response = self._client.batch_get_row(self._calls.batch_get_for(route, request))
+        return self._calls.batch_get_back(route, request, response)
+
+
+class AsyncRoutedClient:
+    """``RoutedClient`` for an ``AsyncOTSClient``."""
+
+    def __init__(self, client: Any, router: Router):
+        self._client = client
+        self._router = router
+        self._calls = _Calls(router.table)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def get_row(self, table: str, key: Any, columns_to_get: Any = None, *args: Any,
+                      **kwargs: Any) -> Any:
+        if table != self._router.table:
+            return await self._client.get_row(table, key, columns_to_get, *args, **kwargs)
+        route = await self._router.acurrent(self._client)
+        if not route.reads_other:
+            return await self._client.get_row(table, key, columns_to_get, *args, **kwargs)
+        other = route.translator
+        assert other is not None
+        answer = await self._client.get_row(other.other_table, other.key(key, what="get"), None,
+                                            *args, **kwargs)
+        return self._calls.row_back(route, answer, columns_to_get)
+
+    async def _write(self, method: str, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        if table != self._router.table:
+            return await getattr(self._client, method)(table, row, *args, **kwargs)
+        route = await self._router.abegin_write(self._client)
+        try:
+            if not route.writes_other:
+                return await getattr(self._client, method)(table, row, *args, **kwargs)
+            moved = (md.Row(route.translator.key(row.primary_key, what="delete"))
+                     if method == "delete_row" else
+                     self._calls.row_for(route, row, method == "update_row"))
+            return await getattr(self._client, method)(route.translator.other_table, moved,
+                                                       *args, **kwargs)
+        finally:
+            self._router.inflight -= 1
+
+    async def put_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return await self._write("put_row", table, row, *args, **kwargs)
+
+    async def update_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return await self._write("update_row", table, row, *args, **kwargs)
+
+    async def delete_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
+        return await self._write("delete_row", table, row, *args, **kwargs)
+
+    async def batch_write_row(self, request: md.BatchWriteRowRequest) -> Any:
+        if self._router.table not in request.items:
+            return await self._client.batch_write_row(request)
+        route = await self._router.abegin_write(self._client)
+        try:
+            if not route.writes_other:
+                return await self._client.batch_write_row(request)
+            response = await self._client.batch_write_row(self._calls.batch_write_for(route, request))
+            return self._calls.batch_write_back(route, response)
+        finally:
+            self._router.inflight -= 1
+
+    async def batch_get_row(self, request: md.BatchGetRowRequest) -> Any:
+        if self._router.table not in request.items:
+            return await self._client.batch_get_row(request)
+        route = await self._router.acurrent(self._client)
+        if not route.reads_other:
+            return await self._client.batch_get_row(request)
+        response = await self._client.batch_get_row(self._calls.batch_get_for(route, request))
+        return self._calls.batch_get_back(route, request, response)
+
+
+def routed(codec: Any, client: Any, *, asynchronous: bool = False) -> Any:
+    """``client``, routed for the model of ``codec`` (not for a table family's months, which
+    are never rewritten, nor for a client already routed)."""
+    if codec.family is not None or isinstance(client, (RoutedClient, AsyncRoutedClient)):
+        return client
+    router = router_for(client, codec.table)
+    return AsyncRoutedClient(client, router) if asynchronous else RoutedClient(client, router)
