@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import tablestore as ts
@@ -72,10 +77,11 @@ def source_row(i: int, now_ms: int) -> tuple[list[tuple[str, Any]], list[tuple[s
     return key, cells
 
 
-def fill(client: ts.OTSClient, rows: int, table: str = SOURCE.name) -> int:
-    """Write ``rows`` source rows with explicit timestamps; returns the base time used."""
+def fill(client: ts.OTSClient, rows: int, table: str = SOURCE.name, first: int = 0) -> int:
+    """Write source rows ``first`` to ``rows - 1`` with explicit timestamps; returns the base
+    time used."""
     now_ms = int(time.time() * 1000)
-    for start in range(0, rows, 200):
+    for start in range(first, rows, 200):
         request = ts.BatchWriteRowRequest()
         items = []
         for i in range(start, min(rows, start + 200)):
@@ -107,6 +113,60 @@ def setup(ots_instance, rows: int, job_id: str = "job1") -> tuple[ConnectionSpec
     return spec, RewriteJob(job_id, SOURCE, TARGET), client
 
 
+def hand_built_target(rows: int, now_ms: int, device: bool = False) -> list[tuple[list, list]]:
+    """The target rows ``fill(client, rows)`` (base time ``now_ms``) should become, written out
+    by hand rather than by the transform under test: the key is the device and the seq padded
+    to 8 digits, joined by a comma, then the region; region leaves the cells, seq (and, with
+    ``device``, the device: MODELS_V2 declares it a column) from the old key become cells
+    stamped like the row's newest cell, every version keeps its timestamp. In key order, as
+    ``read_all`` returns them."""
+    out = []
+    for i in range(rows):
+        key = [("key", f"dev-{i % 37:03d},{i:08d}"), ("region", ["eu", "us", "ap"][i % 3])]
+        cells = [
+            *([("device", f"dev-{i % 37:03d}", now_ms - 60_000)] if device else []),
+            ("note", f"reading {i} " + "x" * (i % 50), now_ms - 3_600_000),
+            ("seq", i, now_ms - 60_000),
+            ("temp", i * 0.25, now_ms - 60_000),
+            ("temp", i * 0.5, now_ms - 86_400_000),
+        ]
+        out.append((key, cells))
+    return sorted(out, key=lambda r: [v for _, v in r[0]])
+
+
+class ReadCounter:
+    """Rows the server answered GetRange requests for one table of one instance with."""
+
+    def __init__(self, instance: str, table: str) -> None:
+        self.instance, self.table = instance, table
+        self.rows = 0
+        self.requests = 0
+
+
+@contextmanager
+def rows_read(ots_instance, table: str) -> Iterator[ReadCounter]:
+    """Count, on the (in-process) server, the rows of ``table`` GetRange answers meanwhile, to
+    whomever asks: threads, worker processes and subprocesses all read through the server."""
+    from tsmigrate.local import server as server_module
+    from tsmigrate.local.plainbuffer import decode_rows
+
+    counter = ReadCounter(ots_instance.instance, table)
+    request_cls, handler = server_module.HANDLERS["GetRange"]
+
+    def counting(ctx, request):
+        response = handler(ctx, request)
+        if ctx.instance == counter.instance and request.table_name == counter.table:
+            counter.requests += 1  # handlers run one at a time (the storage lock): no race
+            counter.rows += len(decode_rows(response.rows)) if response.rows else 0
+        return response
+
+    server_module.HANDLERS["GetRange"] = (request_cls, counting)
+    try:
+        yield counter
+    finally:
+        server_module.HANDLERS["GetRange"] = (request_cls, handler)
+
+
 def expected_target(client: ts.OTSClient, job: RewriteJob) -> list[tuple[list, list]]:
     """The target rows the source should become, from the transform's object path."""
     from tsmigrate.rewrite.transform import build
@@ -125,3 +185,80 @@ def encoded_target_row(i: int) -> bytes:
 
     key, cells = source_row(i, int(time.time() * 1000))
     return RowTransform.encode(build(RewriteJob("encode", SOURCE, TARGET)).apply(key, cells))[0]
+
+
+# -- a `tsmigrate` process that stops where a test kills it ---------------------------------------
+
+STALL_AFTER = "REWRITE_TABLES_STALL_AFTER_CHECKPOINTS"  # the run's Nth split checkpoint
+STALL_MARKER = "REWRITE_TABLES_STALL_MARKER"  # file written once stalled: the test's event
+PAGE_ROWS = "REWRITE_TABLES_PAGE_ROWS"  # smaller copy pages: more checkpoints to stop after
+
+# `python -c STALLING_CLI ARGS...`: `tsmigrate ARGS` in a process of its own (tests/ on its path).
+STALLING_CLI = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+    "import rewrite_tables; rewrite_tables.stalling_cli(sys.argv[1:])"
+)
+
+
+def stalling_cli(argv: list[str]) -> None:
+    """Run `tsmigrate ARGV`; the split task that writes the run's ``$STALL_AFTER``th checkpoint
+    then waits forever (its checkpoint written), after writing ``$STALL_MARKER``. The other
+    workers go on, so a test that kills the process on the marker kills it mid-copy, every time,
+    however fast or slow the machine is."""
+    from tsmigrate.cli import main
+    from tsmigrate.rewrite import checkpoints, copy
+
+    if os.environ.get(PAGE_ROWS):
+        copy.PAGE_ROWS = copy.FIRST_PAGE_ROWS = int(os.environ[PAGE_ROWS])
+    after = int(os.environ[STALL_AFTER])
+    marker = Path(os.environ[STALL_MARKER])
+    save = checkpoints.save
+    saved = [0]
+    lock = threading.Lock()
+
+    def save_then_stall(client, job_id, checkpoint):
+        save(client, job_id, checkpoint)
+        with lock:
+            saved[0] += 1
+            stall = saved[0] == after
+        if stall:
+            written = marker.with_name(marker.name + ".tmp")
+            written.write_text(f"split {checkpoint.index} at {checkpoint.rows} rows")
+            written.replace(marker)  # whole, or not there
+            threading.Event().wait()  # until SIGKILL
+
+    checkpoints.save = save_then_stall
+    main(argv, prog_name="tsmigrate")  # exits with the command's status
+
+
+# -- a split task that stops where a test kills its worker ----------------------------------------
+
+
+def copy_split_stalling(marker: str, spec: ConnectionSpec, job: RewriteJob, split: Any) -> Any:
+    """``copy.copy_split`` in pages of 100 rows, for an executor's workers (threads, processes,
+    Dask; pass ``functools.partial(copy_split_stalling, marker)`` as ``run_backfill``'s task):
+    the first task, in any process, to keep a checkpoint short of its split's end then waits
+    there forever, its pid written to ``marker``: the event a test kills that worker on,
+    mid-split, every time."""
+    from tsmigrate.rewrite import copy
+
+    copy.PAGE_ROWS = copy.FIRST_PAGE_ROWS = 100
+
+    def stall_once(checkpoint: Any) -> None:
+        if checkpoint.done:
+            return
+        try:
+            os.close(os.open(marker + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # another task stalled already (or this is the split's resumed run)
+        written = Path(marker + ".tmp")
+        written.write_text(str(os.getpid()))
+        written.replace(marker)
+        threading.Event().wait()  # until SIGKILL
+
+    return copy.copy_split(spec, job, split, on_page=stall_once)
+
+
+def stalled_pid(marker: Path) -> int | None:
+    """The pid ``copy_split_stalling`` stalled in, once it has."""
+    return int(marker.read_text()) if marker.exists() else None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import backfill_rows as br
 import pytest
+import rewrite_tables as rt
 import tablestore as ts
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,6 +37,11 @@ def _setup(ots, rows: int, **fill):
     State(client).ensure_table()
     br.create_and_fill(client, rows, **fill)
     return client
+
+
+def rt_rows_read(ots):
+    """Rows of the events table the server gives GetRange requests meanwhile."""
+    return rt.rows_read(ots, br.TABLE.name)
 
 
 def _expected_region(i: int) -> str:
@@ -94,8 +100,10 @@ def test_a_backfill_changes_every_row_in_parallel_and_a_rerun_changes_nothing_tw
     assert all(cells == {"payload": cells["payload"], "region": _expected_region(n)}
                for (_, n), cells in rows.items())
     assert seen and seen[-1].rows == 2500
-    again = backfill.run(client, _spec(ots_instance), job, RunOptions(workers=2))
+    with rt_rows_read(ots_instance) as read:
+        again = backfill.run(client, _spec(ots_instance), job, RunOptions(workers=2))
     assert again.rows == 2500 and again.changed == 2500  # the done splits, not run again
+    assert read.requests == 0
     # Forgetting the job clears its checkpoints: a new run is a new job.
     backfill.forget(client, "rev1/000")
     assert checkpoints.list_splits(client, job.id) == []
@@ -131,11 +139,14 @@ def test_a_row_fn_refuses_stops_the_backfill_naming_it_and_a_rerun_continues(ots
     with pytest.raises(BackfillError, match=r"refuse_bad raised ValueError\('unparseable payload'\) on "
                                             r"row \(id='dev-062', n=450\) of table 'events'"):
         backfill.run(client, _spec(ots_instance), job, RunOptions(workers=1))
+    copied = sum(c.rows for c in checkpoints.list_splits(client, job.id))
     client.put_row(br.TABLE.name, ts.Row(br.key(450), [("payload", "us:450")]))
     resumed = backfill.start_or_resume(client, "k", br.TABLE, "backfill_fns:refuse_bad", None)
     assert resumed.id == job.id  # the unfinished job, continued from its checkpoints
-    result = backfill.run(client, _spec(ots_instance), resumed, RunOptions(workers=1))
+    with rt_rows_read(ots_instance) as read:
+        result = backfill.run(client, _spec(ots_instance), resumed, RunOptions(workers=1))
     assert result.rows == 600
+    assert copied > 0 and read.rows == 600 - copied  # what was done is not read again
     assert br.read_all(client)[("dev-062", 450)]["region"] == "us"
 
 
@@ -149,14 +160,16 @@ KILLED_RUN = textwrap.dedent("""
     job = backfill.start_or_resume(client, "rev-kill/000", backfill.BackfillJob.from_json(sys.argv[3]).table,
                                    "backfill_fns:fill_region", None)
     print(job.id, flush=True)
-    backfill.run(client, spec, job, backfill.RunOptions(workers=2, max_rows_per_s=1500))
+    backfill.PAGE_ROWS = backfill.FIRST_PAGE_ROWS = 100  # a checkpoint every 100 rows
+    backfill.run(client, spec, job, backfill.RunOptions(workers=2, max_rows_per_s=20000))
 """)
 
 
+@pytest.mark.slow  # a process of its own, to kill
 def test_a_backfill_killed_with_sigkill_midway_resumes_losing_and_doubling_nothing(
     ots_instance, tmp_path
 ) -> None:
-    rows = 6000
+    rows = 3000
     client = _setup(ots_instance, rows)
     table_json = BackfillJob("x", br.TABLE, "m:f").to_json()
     last_in_key_order = max(i for i in range(rows) if i % 97 == 96)  # id dev-096 sorts last
@@ -168,13 +181,18 @@ def test_a_backfill_killed_with_sigkill_midway_resumes_losing_and_doubling_nothi
     )
     job_id = process.stdout.readline().strip()
     assert job_id.startswith("bf-"), process.stderr.read()
+    # Killed once a quarter of the rows are checkpointed and a split is part-way: the run
+    # always gets there, since the split holding the last row stops on it, a page past its
+    # first checkpoint, for good.
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        done = sum(c.rows for c in checkpoints.list_splits(client, job_id))
-        if done >= rows // 4:
+    while True:
+        states = checkpoints.list_splits(client, job_id)
+        if (sum(c.rows for c in states) >= rows // 4
+                and any(c.status == checkpoints.RUNNING for c in states)):
             break
         assert process.poll() is None, process.stderr.read()
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, states
+        time.sleep(0.02)
     os.kill(process.pid, signal.SIGKILL)  # a real kill -9, mid-page
     process.wait()
     at_kill = checkpoints.list_splits(client, job_id)
@@ -183,8 +201,10 @@ def test_a_backfill_killed_with_sigkill_midway_resumes_losing_and_doubling_nothi
     # a function of the payload. The resumed job continues from the checkpoints.
     job = backfill.start_or_resume(client, "rev-kill/000", br.TABLE, "backfill_fns:fill_region", None)
     assert job.id == job_id
-    result = backfill.run(client, _spec(ots_instance), job, RunOptions(workers=2))
+    with rt_rows_read(ots_instance) as read:
+        result = backfill.run(client, _spec(ots_instance), job, RunOptions(workers=2))
     assert result.rows == rows  # every row read once, counted once
+    assert read.rows == rows - sum(c.rows for c in at_kill)  # the rows checkpointed: not again
     assert sum(c.rows for c in checkpoints.list_splits(client, job_id)) == rows
     stored = br.read_all(client)
     assert len(stored) == rows

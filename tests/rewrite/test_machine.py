@@ -119,8 +119,16 @@ def test_a_heartbeat_renews_the_lease_while_a_long_step_saves_nothing(ots_client
     runner = machine.Runner(ots_client, "events_v2")
     before = runner.rewrite.get("runner")["expires_ms"]
     beats = []
+
+    def beats_reach(n: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(beats) < n:
+            assert time.monotonic() < deadline, beats
+            time.sleep(0.01)
+
     with driver.heartbeat(runner, lambda event, data: beats.append(event), every_s=0.05):
-        time.sleep(0.4)
+        beats_reach(2)
         runner.save(note="the run saves meanwhile")  # no conflict with the heartbeat's saves
+        beats_reach(len(beats) + 2)  # ...nor theirs with it
     assert beats and set(beats) == {"heartbeat"}
     assert machine.load(ots_client, "events_v2").get("runner")["expires_ms"] > before

@@ -1,10 +1,10 @@
 """The README's rewrite example, copied from the README, plans a rewrite as the README says."""
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
+
+import clirun
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -31,11 +31,9 @@ def test_the_readme_rewrite_example_validates_and_plans_a_rewrite(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["old", "new"]\n')
     (tmp_path / "old.py").write_text(OLD)
     (tmp_path / "new.py").write_text(example)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=300)
+        return clirun.run(tmp_path, *args)  # no TSMIGRATE_ variable: the embedded instance
 
     validated = run("validate")
     assert validated.returncode == 0, validated.stderr

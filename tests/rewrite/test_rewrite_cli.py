@@ -1,6 +1,7 @@
 """The rewrite as a user runs it: `tsmigrate plan`, `apply`, `rewrite status|pause|resume|follow|
-finish|abort` in subprocesses against a local server; kill -9 of apply at random moments; plan
-showing the rewrites apply starts or continues without a plan step of their own."""
+finish|abort` against a local server (in this process, as `clirun` runs them); kill -9 of apply
+processes at random moments; plan showing the rewrites apply starts or continues without a plan
+step of their own."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ import sys
 import time
 from pathlib import Path
 
+import clirun
+import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
-from tsmigrate.rewrite import driver, machine
+from tsmigrate.rewrite import checkpoints, driver, machine
 from tsmigrate.rewrite.job import RewriteJob
+
+# Finish from ready, without a switch (these tests drive the rewrite, not services).
+FORCE = ("--force", "--accept-target-writes")
 
 
 def _project(root: Path, models: str) -> Path:
@@ -28,28 +34,35 @@ def _project(root: Path, models: str) -> Path:
 
 
 def _env(ots) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    environ.update({
+    """The variables that point a command at the test's instance (clirun drops any others)."""
+    return {
         "TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
         "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
         "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET,
-    })
-    return environ
+    }
 
 
 def _run(cwd: Path, ots, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "tsmigrate.cli", *args], cwd=cwd, text=True,
-                            capture_output=True, timeout=300, env=_env(ots), stdin=subprocess.DEVNULL)
+    result = clirun.run(cwd, *args, extra_env=_env(ots))
     assert "Traceback" not in result.stderr, result.stderr
     return result
 
 
-def _source(tmp_path: Path, ots, rows: int) -> Path:
+def _source(tmp_path: Path, ots, rows: int) -> tuple[Path, int]:
+    """The project with the old model applied and ``rows`` readings written, its model file
+    then changed to the new one; and the base time of the readings' timestamps."""
     project = _project(tmp_path, rt.MODELS_V1)
     assert _run(project, ots, "apply", "--yes").returncode == 0
-    rt.fill(ots.client(), rows)
+    now_ms = rt.fill(ots.client(), rows)
     (project / "app_models.py").write_text(rt.MODELS_V2)
-    return project
+    return project, now_ms
+
+
+def _drain(ots) -> None:
+    """Capture applies what the stream still holds (what `follow --for 1` had no time for)."""
+    client = ots.client()
+    with machine.Runner(client, "readings_by_seq") as runner:
+        driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
 
 
 def _target_equals_source(ots) -> None:
@@ -61,7 +74,7 @@ def _target_equals_source(ots) -> None:
 
 
 def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 500)
+    project, _ = _source(tmp_path, ots_instance, 500)
     as_json = json.loads(_run(project, ots_instance, "plan", "--format", "json").stdout)
     (step,) = [s for s in as_json["steps"] if s["kind"] == "rewrite_table"]
     assert step["args"]["cost"]["bytes"] > 0 and step["args"]["cost"]["splits"] >= 1
@@ -91,9 +104,13 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
     rt.fill(ots_instance.client(), 520)  # services keep writing the old table: 20 new rows
     followed = _run(project, ots_instance, "rewrite", "follow", "readings_by_seq", "--for", "1")
     assert followed.returncode == 0, followed.stderr
+    stats = machine.load(ots_instance.client(), "readings_by_seq").get("capture_stats")
+    assert stats["applied"] > 0  # follow applied records; a loaded machine may leave some for later
+    _drain(ots_instance)
     _target_equals_source(ots_instance)
 
-    finished = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq", "--allow-destructive")
+    finished = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE, "--allow-destructive")
     assert finished.returncode == 0, finished.stderr
     assert "done" in finished.stdout and "readings dropped" in finished.stdout
     assert "readings" not in ots_instance.client().list_table()
@@ -105,23 +122,27 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
 
 def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_path, ots_instance):
     """The first finish says "drop it with finish --allow-destructive": that works once done."""
-    project = _source(tmp_path, ots_instance, 50)
+    project, _ = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "apply", "--yes").returncode == 0
     assert _run(project, ots_instance, "rewrite", "pause", "readings_by_seq").returncode == 0
-    paused = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    paused = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE)
     assert paused.returncode == 1 and ("is paused; finish needs phase ready (next: tsmigrate "
                                        "rewrite resume readings_by_seq)") in paused.stderr
     follow = _run(project, ots_instance, "rewrite", "follow", "readings_by_seq", "--for", "1")
-    assert follow.returncode == 1 and ("is paused; follow runs in phase ready (next: tsmigrate "
+    assert follow.returncode == 1 and ("is paused; follow runs in phase ready or switched (next: tsmigrate "
                                        "rewrite resume readings_by_seq)") in follow.stderr
     assert _run(project, ots_instance, "rewrite", "resume", "readings_by_seq").returncode == 0
-    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE)
     assert kept.returncode == 0 and "drop it with finish --allow-destructive" in kept.stdout
     assert "readings" in ots_instance.client().list_table()
-    again = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    again = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE)
     assert again.returncode == 1
     assert "already done; finish --allow-destructive drops readings" in again.stderr
     dropped = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE,
                    "--allow-destructive")
     assert dropped.returncode == 0, dropped.stderr
     assert "readings dropped" in dropped.stdout
@@ -138,7 +159,7 @@ def _planned_drops(project: Path, ots, *args: str) -> list[str]:
 def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, ots_instance):
     """plan --prune next to replaces=: no `drop table readings` while services may still use it
     (before apply, while the rewrite is ready), then planned and applied once finish ran."""
-    project = _source(tmp_path, ots_instance, 50)
+    project, _ = _source(tmp_path, ots_instance, 50)
     assert _planned_drops(project, ots_instance) == []
     note = json.loads(_run(project, ots_instance, "plan", "--prune", "--format", "json").stdout)
     assert "kept, even with --prune" in note["undeclared_tables"][0]["note"]
@@ -149,7 +170,8 @@ def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, 
     text = _run(project, ots_instance, "plan", "--prune").stdout
     assert "drop table readings" not in text and "No changes" in text
 
-    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq")
+    kept = _run(project, ots_instance, "rewrite", "finish", "readings_by_seq",
+                *FORCE)
     assert kept.returncode == 0 and "readings" in ots_instance.client().list_table()
     assert _planned_drops(project, ots_instance) == ["readings"]
     assert "drop table readings" in _run(project, ots_instance, "plan", "--prune").stdout
@@ -160,7 +182,7 @@ def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, 
 
 
 def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 50)
+    project, _ = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0
     applied = _run(project, ots_instance, "apply", "--yes", "--plan", "plan.json")
     assert applied.returncode == 0, applied.stderr
@@ -171,33 +193,58 @@ def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_in
     assert len(rt.read_all(ots_instance.client(), rt.SOURCE)) == 50
 
 
+def _copied(client) -> int:
+    """Rows the rewrite's split checkpoints count as copied."""
+    job = driver.job_of(machine.load(client, "readings_by_seq"))
+    return sum(c.rows for c in checkpoints.list_splits(client, job.id))
+
+
+@pytest.mark.slow  # three `tsmigrate apply` processes, killed: their start-up is most of it
 def test_apply_killed_at_random_moments_resumes_to_an_equal_target(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 3000)
+    """Three apply processes, each killed with SIGKILL mid-copy: once it has written a random
+    number (1-4) of split checkpoints, while its other worker is still copying. The apply that
+    follows reads only the rows they left, and its target equals the source."""
+    rows = 3000
+    project, _ = _source(tmp_path, ots_instance, rows)
+    client = ots_instance.client()
     rng = random.Random(11)
-    kills = 0
-    for _attempt in range(3):
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--workers", "2",
-             "--max-rows-per-s", "1500"],
-            cwd=project, env=_env(ots_instance), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL)
-        # Killed a random moment after the rewrite has begun (a busy machine can take longer
-        # than any fixed delay just to start the command).
-        client, deadline = ots_instance.client(), time.monotonic() + 120
-        while (process.poll() is None and machine.load(client, "readings_by_seq") is None
-               and time.monotonic() < deadline):
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0.2, 1.0))
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            kills += 1
-        process.wait(60)
-    assert kills >= 2  # the rewrite was really interrupted mid-way
-    rewrite = machine.load(ots_instance.client(), "readings_by_seq")
-    assert rewrite is not None and rewrite.phase != machine.READY
-    finished = _run(project, ots_instance, "apply", "--yes", "--workers", "2")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
+    copied_at_kills = []
+    for attempt in range(3):
+        # The process stops (for good) right after its checkpoint number `after`: the kill lands
+        # there, on that event, however slow or fast the machine is.
+        marker = tmp_path / f"stalled-{attempt}"
+        env = {**environ, **_env(ots_instance), rt.STALL_AFTER: str(rng.randint(1, 4)),
+               rt.STALL_MARKER: str(marker), rt.PAGE_ROWS: "100"}
+        with open(tmp_path / f"stderr-{attempt}", "w+") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-c", rt.STALLING_CLI, "apply", "--yes", "--workers", "2",
+                 "--max-rows-per-s", "20000"],
+                cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                stdin=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 120
+                while not marker.exists():
+                    assert process.poll() is None, (tmp_path / f"stderr-{attempt}").read_text()
+                    assert time.monotonic() < deadline, "the apply never reached its checkpoint"
+                    time.sleep(0.01)
+            finally:
+                process.send_signal(signal.SIGKILL)
+                process.wait(60)
+        assert process.returncode == -signal.SIGKILL
+        copied_at_kills.append(_copied(client))
+    # Every killed run went on from where the one before it stopped, and none got to the end.
+    assert 0 < copied_at_kills[0] < copied_at_kills[1] < copied_at_kills[2] < rows
+    rewrite = machine.load(client, "readings_by_seq")
+    assert rewrite is not None and rewrite.phase == machine.BACKFILL
+    with rt.rows_read(ots_instance, rt.SOURCE.name) as read:
+        finished = _run(project, ots_instance, "apply", "--yes", "--workers", "2")
     assert finished.returncode == 0, finished.stderr
     assert "readings_by_seq: ready" in finished.stdout
+    # Resumed from the checkpoints: exactly the rows they do not count are read (a page a killed
+    # run wrote without its checkpoint again; verification takes the source's totals from the
+    # checkpoints, no stream record having touched a split).
+    assert read.rows == rows - copied_at_kills[-1]
     _target_equals_source(ots_instance)
     status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
                              "--format", "json").stdout)
@@ -216,7 +263,7 @@ def _plan(project, ots, fmt: str) -> str:
 
 
 def test_plan_shows_the_rewrite_apply_starts_into_an_existing_empty_table(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 40)
+    project, now_ms = _source(tmp_path, ots_instance, 40)
     rt.create(ots_instance.client(), rt.TARGET)  # the replacing table exists, as declared, empty
 
     data = json.loads(_plan(project, ots_instance, "json"))
@@ -236,13 +283,15 @@ def test_plan_shows_the_rewrite_apply_starts_into_an_existing_empty_table(tmp_pa
     assert STARTS in applied.stdout  # apply shows the plan it runs
     assert "rewrite readings -> readings_by_seq: ready" in applied.stdout
     _target_equals_source(ots_instance)
+    # The same rows, as written out by hand rather than by the transform under test.
+    assert rt.read_all(ots_instance.client(), rt.TARGET) == rt.hand_built_target(40, now_ms, device=True)
     # A ready rewrite waits for `rewrite finish`: apply runs nothing, and plan says so.
     assert json.loads(_plan(project, ots_instance, "json"))["rewrites"] == []
     assert "No changes" in _plan(project, ots_instance, "text")
 
 
 def test_plan_shows_the_phase_apply_continues_an_unfinished_rewrite_from(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 30)
+    project, _ = _source(tmp_path, ots_instance, 30)
     client = ots_instance.client()
     rt.create(client, rt.TARGET)
     job = RewriteJob("job-failed", rt.SOURCE, rt.TARGET)
@@ -267,7 +316,7 @@ def test_plan_shows_the_phase_apply_continues_an_unfinished_rewrite_from(tmp_pat
 
 
 def test_plan_refuses_a_replacing_table_with_rows_as_apply_does(tmp_path, ots_instance):
-    project = _source(tmp_path, ots_instance, 10)
+    project, _ = _source(tmp_path, ots_instance, 10)
     client = ots_instance.client()
     rt.create(client, rt.TARGET)
     client.put_row("readings_by_seq", ts.Row([("key", "x"), ("region", "eu")], [("v", 1)]))
@@ -282,7 +331,7 @@ def test_plan_refuses_a_replacing_table_with_rows_as_apply_does(tmp_path, ots_in
 
 def test_a_trimmed_stream_stops_follow_and_finish_and_their_advice_starts_a_safe_rewrite(
         tmp_path, ots_instance, ots_server_options):  # restores the server's clock offset
-    project = _source(tmp_path, ots_instance, 30)
+    project, _ = _source(tmp_path, ots_instance, 30)
     assert _run(project, ots_instance, "apply", "--yes").returncode == 0
     client = ots_instance.client()
     key, cells = rt.source_row(3, int(time.time() * 1000))
@@ -290,7 +339,7 @@ def test_a_trimmed_stream_stops_follow_and_finish_and_their_advice_starts_a_safe
     ots_instance.server.clock_offset += 200 * 3600  # past the stream's 168 h: records trimmed
     client.put_row(rt.SOURCE.name, ts.Row(key, cells), ts.Condition("IGNORE"))
     advice = "tsmigrate rewrite abort readings_by_seq` then `tsmigrate apply`"
-    for command in (["follow", "readings_by_seq", "--for", "1"], ["finish", "readings_by_seq"]):
+    for command in (["follow", "readings_by_seq", "--for", "1"], ["finish", "readings_by_seq", "--force"]):
         stopped = _run(project, ots_instance, "rewrite", *command)
         assert stopped.returncode == 1 and advice in stopped.stderr, stopped.stderr
         assert "Changes may have been missed" in stopped.stderr

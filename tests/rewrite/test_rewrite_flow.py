@@ -16,7 +16,7 @@ from tsmigrate.apply import apply
 from tsmigrate.keys import HashPrefix
 from tsmigrate.local import streams
 from tsmigrate.rawclient import RawClient
-from tsmigrate.rewrite import capture, driver, machine, prepare
+from tsmigrate.rewrite import capture, checkpoints, driver, machine, prepare
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog
 
@@ -58,11 +58,15 @@ def _runner(client) -> machine.Runner:
 
 
 def test_apply_takes_the_rewrite_to_ready_and_finish_completes_it(ots_instance):
-    client = _source(ots_instance, 600)
+    client = ots_instance.client()
+    apply(client, Catalog([rt.SOURCE]), target_identity=IDENTITY)
+    now_ms = rt.fill(client, 600)
     outcome = _rewrite(client)
     assert [r.phase for r in outcome.rewrites] == [machine.READY]
     assert [s.kind for s in outcome.plan.steps] == ["create_table", "rewrite_table"]
     _equal(client)
+    # The same rows, as written out by hand rather than by the transform under test.
+    assert _normalize(rt.read_all(client, TARGET)) == _normalize(rt.hand_built_target(600, now_ms))
     rewrite = machine.load(client, TARGET.name)
     assert rewrite.get("verification")["ok"] and rewrite.get("verification")["rows_source"] == 600
     # Prepare widened the target's deviation (cells keep timestamps a day old) and turned the
@@ -75,7 +79,8 @@ def test_apply_takes_the_rewrite_to_ready_and_finish_completes_it(ots_instance):
     assert not again.plan.has_changes and again.rewrites == ()
 
     with _runner(client) as runner:
-        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False,
+                              force=True, accept_target_writes=True)
     assert done.phase == machine.DONE and machine.finished(client, rt.SOURCE.name)
     assert client.describe_table(TARGET.name).table_options.max_time_deviation == rt.YEAR_S
     assert not RawClient(client).describe_table(rt.SOURCE.name).stream_details.enable_stream
@@ -99,7 +104,8 @@ def test_verification_reads_again_the_source_splits_the_stream_saw_change(ots_in
     client.update_row(rt.SOURCE.name, ts.Row(key, {"put": [("note", "changed after the copy")]}),
                       ts.Condition("IGNORE"))
     with _runner(client) as runner:
-        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False,
+                              force=True, accept_target_writes=True)
     touched = done.get("touched_splits")
     assert touched == [splits.split_of(ranges, key)]
     assert done.get("verification")["ok"]
@@ -210,7 +216,8 @@ def test_collisions_stop_the_rewrite_before_ready(ots_instance):
     assert "collision" in rewrite.error and "dev-" in rewrite.error
     with _runner(client) as runner, pytest.raises(
             machine.RewriteError, match=r"is failed; finish needs phase ready \(it failed: .*collision"):
-        driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False)
+        driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=False,
+                              force=True, accept_target_writes=True)
 
 
 def test_abort_drops_the_target_and_leaves_the_source_as_it_was(ots_instance):
@@ -259,6 +266,10 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
     switching = threading.Event()
     stop = threading.Event()
     errors: list[BaseException] = []
+    seeds = (1, 2)
+    # Set by a service once switching: its last write to the old table was acknowledged.
+    parked = {seed: threading.Event() for seed in seeds}
+    new_model_writes = dict.fromkeys(seeds, 0)
 
     def service(seed: int) -> None:
         rng = random.Random(seed)
@@ -268,7 +279,8 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
         try:
             while not stop.is_set():
                 if switching.is_set() and not moved.is_set():  # being redeployed
-                    time.sleep(0.01)
+                    parked[seed].set()
+                    moved.wait(0.01)
                     continue
                 i = rng.choice(mine)
                 now = int(time.time() * 1000)
@@ -287,12 +299,14 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
                     if not delete:
                         row = _target_row(i, cells)
                         writer.put_row(TARGET.name, ts.Row(row.primary_key, row.columns))
+                    if old is not None or not delete:
+                        new_model_writes[seed] += 1
                 truth[i] = None if delete else cells
                 time.sleep(0.003)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=service, args=(seed,)) for seed in (1, 2)]
+    threads = [threading.Thread(target=service, args=(seed,)) for seed in seeds]
     for thread in threads:
         thread.start()
     try:
@@ -303,17 +317,22 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
             # The redeploy: services stop writing the old table, capture catches up with
             # their last writes (follow shows the lag), then they write the new table.
             switching.set()
-            time.sleep(0.05)
+            assert all(event.wait(60) for event in parked.values())
             driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
         moved.set()
-        time.sleep(0.5)
+        # Until each service made a good number of writes on the new model.
+        deadline = time.monotonic() + 60
+        while min(new_model_writes.values()) < 30 and not errors:
+            assert time.monotonic() < deadline, new_model_writes
+            time.sleep(0.01)
     finally:
         stop.set()
         for thread in threads:
             thread.join()
     assert not errors
     with _runner(client) as runner:
-        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=True)
+        done = driver.finish(client, driver.spec_of(client, True), runner, allow_destructive=True,
+                              force=True, accept_target_writes=True)
     assert done.phase == machine.DONE and rt.SOURCE.name not in client.list_table()
     assert done.get("verification")["changed_meanwhile"] > 0  # the services' new-model writes
     expected = _normalize(
@@ -324,9 +343,13 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
 
 
 def test_with_injected_throttling_and_failed_batch_rows_the_target_equals_the_source(
-        ots_instance, ots_server_options):
+        ots_instance, ots_server_options, monkeypatch):
+    from tsmigrate import retry
     from tsmigrate.local.faults import FaultPlan
 
+    # Retried as ever, only without the back-off a real service needs (seconds, here).
+    monkeypatch.setattr(retry.RETRY_POLICY, "base_delay_s", 0.001)
+    monkeypatch.setattr(retry.RETRY_POLICY, "throttled_delay_s", 0.001)
     client = _source(ots_instance, 800)
     ots_server_options.faults = FaultPlan.parse("server_busy=0.05,batch_row=0.05,seed=5")
     outcome = _rewrite(client)
@@ -353,28 +376,57 @@ def test_a_row_the_transform_rejects_stops_the_rewrite_before_anything_is_writte
     assert rt.read_all(client, rt.TARGET) == []  # nothing written
 
 
-def test_pause_stops_a_running_backfill_and_resume_completes_it(ots_instance):
-    client = _source(ots_instance, 2000)
-    slow = RewriteSettings(options=driver.RunOptions(workers=1, max_rows_per_s=800))
+def test_pause_stops_a_running_backfill_and_resume_completes_it(ots_instance, monkeypatch):
+    rows = 1000  # a few splits: the first is held, the others wait
+    client = _source(ots_instance, rows)
+    one_worker = RewriteSettings(options=driver.RunOptions(workers=1))
+    # Capture saves its position this often: where a running backfill sees the pause.
+    monkeypatch.setattr(driver, "SAVE_EVERY_S", 0.05)
+    checkpointed = threading.Event()
+    save = checkpoints.save
+
+    def save_then_hold(client_, job_id, checkpoint) -> None:
+        """The backfill's first checkpoint is kept, then its copy waits there until the pause
+        has stopped the backfill (its stop request): the pause lands mid-copy, every time."""
+        save(client_, job_id, checkpoint)
+        if not checkpointed.is_set():
+            checkpointed.set()
+            deadline = time.monotonic() + 60
+            while not checkpoints.stop_requested(client_, job_id) and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    monkeypatch.setattr(checkpoints, "save", save_then_hold)
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            _rewrite(ots_instance.client(), slow)
+            _rewrite(ots_instance.client(), one_worker)
         except BaseException as exc:
             failure.append(exc)
 
     thread = threading.Thread(target=run)
     thread.start()
-    while getattr(machine.load(client, TARGET.name), "phase", None) != machine.BACKFILL:
-        time.sleep(0.05)
-    machine.request(client, TARGET.name, machine.PAUSED)
-    thread.join(120)
+    try:
+        assert checkpointed.wait(60), failure
+        assert machine.load(client, TARGET.name).phase == machine.BACKFILL
+        machine.request(client, TARGET.name, machine.PAUSED)
+    finally:
+        thread.join(120)
+    assert not thread.is_alive()
     assert failure and isinstance(failure[0], machine.Interrupted)
     paused = machine.load(client, TARGET.name)
     assert paused.phase == machine.PAUSED and paused.resume_to == machine.BACKFILL
-    with _runner(client) as runner:
+    from tsmigrate.rewrite import splits
+
+    at_pause = checkpoints.list_splits(client, _job(client).id)
+    copied = sum(c.rows for c in at_pause)
+    done = [c.index for c in at_pause if c.done]
+    assert 0 < copied < rows and len(done) < len(splits.load(client, _job(client).id))  # mid-copy
+    with rt.rows_read(ots_instance, rt.SOURCE.name) as read, _runner(client) as runner:
         done = driver.run_to_ready(client, driver.spec_of(client, True), runner,
                                    driver.RunOptions(workers=2))
     assert done.phase == machine.READY
+    # Resumed from the checkpoints: the rows they count were not read again (verification
+    # takes the source's totals from them: no stream record touched a split).
+    assert read.rows == rows - copied
     _equal(client)
