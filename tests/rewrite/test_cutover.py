@@ -405,3 +405,16 @@ def test_follow_hands_over_to_switch_and_revert_then_captures_the_phases_directi
         stop.set()
         thread.join()
     assert not followed, followed
+
+
+def test_a_switch_killed_on_another_host_is_taken_over_once_its_short_lease_runs_out(ready):
+    client = ready
+    target = CounterV2.table_name()
+    rewrite = machine.request(client, target, machine.SWITCHING)
+    # Its runner lease, as a fence leaves it: short, held by a process this host cannot check.
+    machine.save(client, rewrite, fence_ms=machine.now_ms(), fence_version=rewrite.version + 1,
+                 runner={"owner": "26743d68@otherhost:4242", "expires_ms": machine.now_ms() + 1500})
+    started = time.monotonic()
+    switched = _switch(client)
+    assert switched.phase == machine.SWITCHED
+    assert 1.0 < time.monotonic() - started < cutover.FENCE_LEASE_S  # waited out, not refused

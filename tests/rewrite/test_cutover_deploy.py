@@ -129,9 +129,14 @@ STAGES = 4
 OPS_PER_STAGE = 12  # acknowledged writes each worker makes in each stage before the test moves on
 PACE_S = 0.005  # between a worker's writes: four processes must not starve the switch of the CPU
 SEED = 20240611
-# What the worker processes import, once, in the fork server they are forked from.
+MAX_OPS = 5000  # a worker's bound, far above what the stages need (a few hundred)
+# What the worker processes import, once, in the fork server they are forked from; with what
+# tests/engine/cliproject.py preloads, for whichever of the two starts the shared fork server.
 PRELOAD = ["tablestore", "pytest", "tsmigrate.apply", "tsmigrate.model", "tsmigrate.service",
-           "tsmigrate.rewrite.cutover", "tsmigrate.rewrite.driver", "tsmigrate.rewrite.planned"]
+           "tsmigrate.rewrite.cutover", "tsmigrate.rewrite.driver", "tsmigrate.rewrite.planned",
+           "tsmigrate.cli", "tsmigrate.adapter", "tsmigrate.commands.apply", "tsmigrate.planfile",
+           "tsmigrate.planrender", "tsmigrate.reindex.flow", "tsmigrate.reindex.progress",
+           "tsmigrate.rewrite.progress", "tsmigrate.target", "tsmigrate.local.testing"]
 
 
 MODELS, KINDS = ("old", "new"), ("inc", "note")
@@ -164,7 +169,7 @@ def _deploy_worker(*, n: int, endpoint: str, instance: str, key_id: str, key_sec
     seq = 0
     deadline = time.monotonic() + deadline_s
     try:
-        while not stop.is_set() and time.monotonic() < deadline:
+        while not stop.is_set() and seq < MAX_OPS and time.monotonic() < deadline:
             before = stage.value
             if (model == "old" and before == redeploy_stage and done[before] >= redeploy_after
                     and kinds[before] == {"inc", "note"}):

@@ -40,7 +40,11 @@ from tsmigrate.service import routing
 from tsmigrate.state import STATE_TABLE
 
 FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
-LIVE_S = 60.0  # a heartbeat this recent is a process that may still write (clock skew included)
+LIVE_S = 60.0  # heartbeats this recent are listed (status) as processes routing the rewrite
+# A process's heartbeat is written at each read of the state: one older than its lease by more
+# than this (clocks of two hosts may disagree) belongs to a process that cannot write unseen.
+SKEW_S = 5.0
+FENCE_LEASE_S = 15.0  # the runner's lease once the fence is up: a killed switch is taken over soon
 
 Report = Callable[[str, dict[str, Any]], None]
 
@@ -151,13 +155,18 @@ def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: C
     unseen_ms = int(rewrite.get("created_ms") or 0) + int((lease + FENCE_MARGIN_S) * 1000)
     version = int(rewrite.get("fence_version") or rewrite.version)
     pending: list[dict[str, Any]] = []
+    saved = time.monotonic()
     while True:
-        live = live_clients(client, rewrite.target)
-        pending = [c for c in live if int(c.get("seen_version", -1)) < version]
         now = machine.now_ms()
+        pending = [c for c in live_clients(client, rewrite.target)
+                   if int(c.get("seen_version", -1)) < version
+                   and now - int(c.get("at_ms", 0)) < (float(c.get("lease_s") or lease) + SKEW_S) * 1000]
         if (not pending and now >= unseen_ms) or now >= deadline_ms:
             break
         step()
+        if time.monotonic() - saved > 1.0:
+            runner.save()  # the fence's short runner lease stays ours while we wait
+            saved = time.monotonic()
         time.sleep(routing.POLL_S)
     acknowledged = [c for c in live_clients(client, rewrite.target)
                     if int(c.get("seen_version", -1)) >= version]
@@ -188,6 +197,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
                     fence_version=runner.rewrite.version + 1, error=None)
     elif rewrite.phase != machine.SWITCHING:
         raise driver.not_ready(rewrite, "switch needs phase ready")
+    runner.lease_s = FENCE_LEASE_S
     capture = driver.make_capture(client, runner.rewrite)
     changed = _recording(capture)
     fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
@@ -201,12 +211,14 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
             f"capture drained (first: {'; '.join(differ[:5])}); writes go on to {job.source.name}. "
             f"`tsmigrate rewrite status {job.target.name}` shows the rewrite"
         )
+    enable_target_stream(client, runner, job)  # on since before the fence, unless that was lost
     # A second switch goes on from where the revert drained reverse capture.
     reverse = (runner.rewrite.get("reverse_capture")
                or prepare.capture_start(RawClient(client), job.target.name))
     held_ms = machine.now_ms() - fence_ms
     return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,
-                       fence={**acks, "held_ms": held_ms, "to": machine.TARGET})
+                       fence={**acks, "held_ms": held_ms, "to": machine.TARGET},
+                       previous_lease_s=None)
 
 
 def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Rewrite:
@@ -216,7 +228,10 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
     rewrite = runner.rewrite
     job = driver.job_of(rewrite)
     if rewrite.phase == machine.SWITCHING:  # a killed switch: nothing was written to the target
-        return runner.save(phase=machine.READY, fence={"to": machine.SOURCE, "held_ms": 0})
+        held_ms = machine.now_ms() - int(rewrite.get("fence_ms") or machine.now_ms())
+        return runner.save(phase=machine.READY, previous_lease_s=None,
+                           fence={"to": machine.SOURCE, "held_ms": held_ms, "acknowledged": 0,
+                                  "unacknowledged": []})
     if rewrite.phase == machine.SWITCHED:
         runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(),
                     fence_version=runner.rewrite.version + 1)
@@ -231,6 +246,7 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
 def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
            report: Report) -> machine.Rewrite:
     """Lower a revert's fence: to ``ready`` (finish it) or back to ``switched`` (undo it)."""
+    runner.lease_s = FENCE_LEASE_S
     capture = make_reverse_capture(client, runner.rewrite)
     fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
     acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
@@ -244,8 +260,8 @@ def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
     if to == machine.READY:
         # The source changed under reverse capture: verification reads every split again.
         return runner.save(phase=machine.READY, touched_splits=None, reverted_ms=machine.now_ms(),
-                           fence=fence)
-    return runner.save(phase=machine.SWITCHED, fence=fence)
+                           fence=fence, previous_lease_s=None)
+    return runner.save(phase=machine.SWITCHED, fence=fence, previous_lease_s=None)
 
 
 def check_target(client: Any, spec: Any, runner: machine.Runner, capture: capture_mod.Capture,

@@ -318,6 +318,7 @@ SAVE_ATTEMPTS = 5  # a runner's save lost to another command's write is read and
 
 
 HANDOVER_S = 10.0  # how long a command waits for `follow` to hand the rewrite over
+TAKEOVER_S = 30.0  # a lease running out within this is waited for rather than refused
 
 
 class Runner:
@@ -332,10 +333,18 @@ class Runner:
         self.target = target
         self.owner = _me()
         self._lock = threading.RLock()  # saves from the capture or heartbeat thread and the run
+        # How long the lease outlives this process's last save; a fence shortens it, so the
+        # next command can take over a killed switch before services give up waiting.
+        self.lease_s: float = LEASE_S
         self.rewrite = self._take_over() if handover else self._take()
 
     def _take_over(self) -> Rewrite:
         deadline = time.monotonic() + HANDOVER_S
+        current = load(self.client, self.target)
+        expires_ms = int(((current.get("runner") if current else None) or {}).get("expires_ms", 0))
+        if 0 < expires_ms - now_ms() <= TAKEOVER_S * 1000:
+            # A holder that does not answer (a killed switch on another host) is waited out.
+            deadline = max(deadline, time.monotonic() + (expires_ms - now_ms()) / 1000 + 0.5)
         asked = False
         while True:
             try:
@@ -373,7 +382,7 @@ class Runner:
                 "stop that process first (or wait for its lease to run out)"
             )
         return save(self.client, rewrite, runner={"owner": self.owner,
-                                                  "expires_ms": now_ms() + LEASE_S * 1000},
+                                                  "expires_ms": now_ms() + self.lease_s * 1000},
                     wants_runner=None if rewrite.get("wants_runner") == self.owner
                     else rewrite.get("wants_runner"))
 
@@ -383,7 +392,7 @@ class Runner:
             return self._save(phase, changes)
 
     def _save(self, phase: str | None, changes: dict[str, Any]) -> Rewrite:
-        changes["runner"] = {"owner": self.owner, "expires_ms": now_ms() + LEASE_S * 1000}
+        changes["runner"] = {"owner": self.owner, "expires_ms": now_ms() + self.lease_s * 1000}
         for _attempt in range(SAVE_ATTEMPTS):
             current = refresh(self.client, self.rewrite)
             if (current.get("runner") or {}).get("owner") != self.owner:

@@ -50,7 +50,6 @@ LEASE_S = 2.0  # how long a process trusts the state it read (a rewrite may set 
 HOLD_S = 30.0  # the longest a write waits for a fence (switch, revert) to come down
 REFRESH_WAIT_S = 10.0  # how long an expired lease is retried before writes stop with an error
 POLL_S = 0.05  # how often a held write reads the state again
-HEARTBEAT_S = 10.0  # a heartbeat row is rewritten at least this often while a rewrite runs
 SOURCE, TARGET, HOLD = "source", "target", "hold"
 ENDED = ("done", "aborted")
 
@@ -154,7 +153,6 @@ class Router:
         self.condition = threading.Condition()
         self.inflight = 0  # writes sent on the current route and not yet answered
         self.draining = False  # a refresh waits for those writes before it moves the route
-        self.beat_at = 0.0
         self.beat_version: tuple[str | None, str] = (None, "")
         self._translators: dict[tuple[str, bool], Translator] = {}
         self.held_s: list[float] = []  # how long writes waited for fences (bench, tests)
@@ -200,15 +198,12 @@ class Router:
         yield Call("put_row", STATE_TABLE, row, md.Condition(md.RowExistenceExpectation.IGNORE))
 
     def beat_due(self, route: Route) -> bool:
-        """A heartbeat when this process first routes the rewrite, when it sees another phase
-        (that is how it acknowledges a fence), and every ``HEARTBEAT_S``."""
-        return route.active and (
-            self.beat_version != (route.rewrite, route.phase)
-            or time.monotonic() - self.beat_at > HEARTBEAT_S
-        )
+        """A heartbeat at every read of an unfinished rewrite's state: its time says until when
+        this process may write on what it read (so ``switch`` need not wait for a process that
+        stopped routing), its version that it saw a fence (its acknowledgement)."""
+        return route.active
 
     def beaten(self, route: Route) -> None:
-        self.beat_at = time.monotonic()
         self.beat_version = (route.rewrite, route.phase)
 
     # -- the synchronous client ------------------------------------------------------------------
