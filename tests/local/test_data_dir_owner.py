@@ -1,6 +1,14 @@
 """One data directory, one owner: a second server is refused naming the holder, a command's embedded
 instance talks to the server running on its directory (or waits for another command's), a dead
-owner's directory is taken over."""
+owner's directory is taken over.
+
+The holders here are real processes (`tsmigrate local serve`, or a script holding the directory
+as another command's embedded instance): the directory is shared between two processes, the
+holder is named by its pid, and a dead one is one killed with SIGKILL. The commands that meet
+them run in this process (`clirun`), which is the second process; only the test of two commands
+started together runs both as processes. A holding script blocks on its stdin rather than
+sleeping: it lives until killed, or until this process is gone.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import clirun
 import pytest
+from refusedserve import refused_serve
 from tablestore import CapacityUnit, OTSClient, ReservedThroughput, TableMeta, TableOptions
 
+from tsmigrate.local import embedded
 from tsmigrate.local.embedded import embedded_instance
 from tsmigrate.local.ownership import EMBEDDED_ROLE, HOLDER_FILE, DataDirInUse, Holder
 from tsmigrate.local.storage import DB_FILE
@@ -60,10 +71,7 @@ def _create(client: OTSClient, name: str) -> None:
 
 def test_second_serve_on_a_directory_is_refused_naming_the_holder(tmp_path: Path) -> None:
     with serving(tmp_path) as (first, endpoint):
-        second = subprocess.run(
-            _cli("local", "serve", "--port", "0", "--data", str(tmp_path)),
-            capture_output=True, text=True, timeout=60, env=_env(), stdin=subprocess.DEVNULL,
-        )
+        second = refused_serve(tmp_path, "--port", "0", "--data", str(tmp_path))
         assert second.returncode == 1
         assert f"pid {first.pid}" in second.stderr and endpoint in second.stderr
         assert "in use" in second.stderr and "Traceback" not in second.stderr
@@ -86,7 +94,7 @@ def test_second_server_in_process_is_refused(tmp_path: Path) -> None:
 
 def test_a_dead_owner_is_taken_over_and_its_rows_kept(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
-        import sys, time
+        import sys
         from tablestore import CapacityUnit, ReservedThroughput, Row, TableMeta, TableOptions
         from tsmigrate.local.testing import local_tablestore
         with local_tablestore(data_dir={str(tmp_path)!r}) as ots:
@@ -95,9 +103,10 @@ def test_a_dead_owner_is_taken_over_and_its_rows_kept(tmp_path: Path) -> None:
                                 ReservedThroughput(CapacityUnit(0, 0)))
             client.put_row("t", Row([("id", 1)], [("v", "kept")]))
             print("ready", flush=True)
-            time.sleep(600)
+            sys.stdin.read()  # held until killed (or until the test's process is gone)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         with pytest.raises(DataDirInUse) as info, local_tablestore(data_dir=str(tmp_path)):
@@ -125,8 +134,8 @@ def _project(root: Path) -> Path:
 
 
 def _apply(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_cli("apply", "--yes"), cwd=project, capture_output=True, text=True,
-                          timeout=300, env=_env(**env), stdin=subprocess.DEVNULL)
+    """`tsmigrate apply --yes` in this process: the server holding the directory is the other one."""
+    return clirun.run(project, "apply", "--yes", extra_env=env)
 
 
 def test_embedded_instance_talks_to_the_server_running_on_its_directory(tmp_path: Path) -> None:
@@ -139,8 +148,7 @@ def test_embedded_instance_talks_to_the_server_running_on_its_directory(tmp_path
         assert applied.returncode == 0, applied.stderr
         # The server sees the apply's tables at once (nothing served stale), and the apply saw its.
         assert {"accounts", "made_by_serve"} <= set(client.list_table())
-        inspected = subprocess.run(_cli("inspect"), cwd=project, capture_output=True, text=True,
-                                   timeout=300, env=_env(), stdin=subprocess.DEVNULL)
+        inspected = clirun.run(project, "inspect")
         assert inspected.returncode == 0, inspected.stderr
         assert "made_by_serve" in inspected.stdout
     with local_tablestore(data_dir=str(data)) as ots:  # everything acknowledged was kept
@@ -163,6 +171,7 @@ def test_embedded_instance_needs_the_running_servers_key(tmp_path: Path) -> None
         assert refused.returncode == 1 and "not 'local'" in refused.stderr
 
 
+@pytest.mark.slow  # six `tsmigrate apply` processes, two at a time: the race is between processes
 def test_two_embedded_applies_started_together_share_one_owner(tmp_path: Path) -> None:
     project = _project(tmp_path)
     for _ in range(3):
@@ -186,27 +195,50 @@ def test_two_embedded_applies_started_together_share_one_owner(tmp_path: Path) -
 
 def _hold_as_embedded(data: Path) -> subprocess.Popen[str]:
     script = textwrap.dedent(f"""
-        import time
+        import sys
         from tsmigrate.local.testing import local_tablestore
         with local_tablestore(data_dir={str(data)!r}, role={EMBEDDED_ROLE!r}):
             print("ready", flush=True)
-            time.sleep(600)
+            sys.stdin.read()  # held until killed (or until the test's process is gone)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 
 
-def test_embedded_instance_waits_for_another_commands_then_gives_up(tmp_path: Path) -> None:
+class _PollClock:
+    """`embedded`'s clock, moved on by its polling sleeps alone: the wait runs its whole course
+    (the default 300 s) at once, each poll a real attempt on the directory."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.now += seconds
+
+
+def test_embedded_instance_waits_for_another_commands_then_gives_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     proc = _hold_as_embedded(tmp_path)
     try:
+        clock = _PollClock()
+        monkeypatch.setattr(embedded, "time", clock)
+        monkeypatch.setattr(embedded, "_POLL_S", 10.0)  # some 30 attempts in the 300 s, not 3,000
         waits: list[Holder | None] = []
-        opening = embedded_instance(str(tmp_path), "local", wait_s=0.5, on_wait=waits.append)
+        opening = embedded_instance(str(tmp_path), "local", on_wait=waits.append)
         with pytest.raises(DataDirInUse) as info, opening:
             pass
         assert info.value.holder is not None and info.value.holder.pid == proc.pid
         assert len(waits) == 1 and waits[0] is not None and waits[0].pid == proc.pid
         assert f"pid {proc.pid}" in str(info.value)
+        assert clock.now >= embedded.WAIT_S and clock.sleeps > 1  # it tried again, then gave up
     finally:
         proc.kill()
         proc.wait()

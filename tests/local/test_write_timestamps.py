@@ -4,7 +4,9 @@ the same millisecond make (one version, the later value; increments always count
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+import pytest
 from tablestore import (
     BatchWriteRowRequest,
     CapacityUnit,
@@ -114,13 +116,41 @@ def test_increment_is_stamped_no_older_than_the_version_it_adds_to(
     assert versions(client, "n") == [(101, future)]
 
 
+class WatchedLock:
+    """A lock (the storage's) that says when a thread had to wait for it."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self.waited_for = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        self.waited_for.set()
+        return bool(self._lock.acquire(True, timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> WatchedLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def test_a_write_is_stamped_when_it_is_applied_not_when_it_arrives(
-    ots_instance: LocalTablestore, ots_server_options: ServerOptions
+    ots_instance: LocalTablestore, ots_server_options: ServerOptions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request that waits for the storage is stamped after the one holding it, never before."""
     client = ots_instance.client()
     make_table(client, max_versions=5)
     storage = ots_instance.server.storage
+    lock = WatchedLock(storage.lock)
+    monkeypatch.setattr(storage, "lock", lock)  # only requests take it
     ms = int(freeze(ots_instance) * 1000)
     done = threading.Event()
 
@@ -128,10 +158,11 @@ def test_a_write_is_stamped_when_it_is_applied_not_when_it_arrives(
         ots_instance.client().update_row("t", Row(PK, {"put": [("a", "waited")]}), IGNORE)
         done.set()
 
-    with storage.lock:  # the storage is busy: the request arrives, then waits
+    with lock:  # the storage is busy: the request arrives, then waits
         waiting = threading.Thread(target=late_put)
         waiting.start()
-        assert not done.wait(0.3)  # it is blocked on the storage (no answer without it)
+        assert lock.waited_for.wait(60)  # the request is at the storage, waiting for it...
+        assert not done.is_set()  # ...and gets no answer without it
         ots_instance.server.clock_offset = 0.005  # time passes before the storage frees up
     waiting.join()
     assert versions(client, "a") == [("waited", ms + 5)]

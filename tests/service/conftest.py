@@ -1,5 +1,6 @@
 import pathlib
 import sys
+import time
 
 import pytest
 
@@ -29,3 +30,33 @@ def accounts(client):
 @pytest.fixture
 def readings(client):
     return Rows(Reading, client, retry=FAST)
+
+
+class SkippedWaits:
+    """A stand-in for the `time` module whose sleep records the wait instead of waiting."""
+
+    def __init__(self):
+        self.waits = []
+
+    def sleep(self, seconds):
+        self.waits.append(seconds)
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.fixture
+def retry_waits(monkeypatch):
+    """Retry back-off recorded, not slept: the SDK client's (which RETRY_POLICY times as in
+    production: 0.05 s doubling, 0.3 s for a busy server), the Rows' own and tsmigrate's for socket
+    errors. What is retried, and how often, is unchanged; only the waiting goes (a second or more
+    per test when the injected faults come in a row)."""
+    import tablestore.client
+
+    import tsmigrate.retry
+    from tsmigrate.service import calls
+
+    skipped = SkippedWaits()
+    for module in (tablestore.client, calls, tsmigrate.retry):
+        monkeypatch.setattr(module, "time", skipped)
+    return skipped.waits

@@ -131,6 +131,7 @@ def test_writes_to_one_key_apply_in_order_across_requests(readings):
 
 
 @pytest.mark.parametrize("policy", ["sdk default", "tsmigrate"])
+@pytest.mark.usefixtures("retry_waits")  # back-off recorded, not slept (see conftest)
 def test_versioned_batch_rows_whose_answers_are_lost_are_written_once(ots_instance, accounts,
                                                                      ots_server_options, policy):
     # Whole answers lost after the write (BatchWriteRow done, then OTSTimeout): the repeat meets

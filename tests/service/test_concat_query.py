@@ -124,6 +124,7 @@ def options(draw):
             "page_size": draw(st.one_of(st.none(), st.integers(1, 7)))}
 
 
+@pytest.mark.slow  # 150 generated queries, each against the server and a brute-force filter
 def test_concat_ranges_return_what_a_brute_force_filter_keeps(loaded):
     sales, _ = loaded
     fields = ["device", "seller", "card"]

@@ -3,11 +3,9 @@ order, months planned ahead, expired months archived (timestamps included), drop
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
+import clirun
 import pytest
 from service_models import FAST
 from tablestore import metadata as md
@@ -131,29 +129,24 @@ def test_retention_archives_then_drops_expired_months_and_restore_loads_them_bac
     assert stamped <= archived_cells  # every version, with its timestamp
 
     # The restore command, at the user's entry point.
-    env = {**os.environ, "ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret}
-    done = subprocess.run(
-        [sys.executable, "-m", "tsmigrate.cli", "restore", str(archive),
-         "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    done = clirun.run(tmp_path, "restore", str(archive), "--endpoint", ots_instance.endpoint,
+                      "--instance", ots_instance.instance, extra_env=env)
     assert done.returncode == 0, done.stderr
     assert "Restored 3 row(s) into serp_snapshots_202609" in done.stdout
     assert "table created from the archived schema" in done.stdout
     _, after, _ = client.get_row("serp_snapshots_202609", [
         ("keyword", "k"), ("captured_at", int(at(9, 2).timestamp() * 1000))], None, None, 2)
     assert {(c[0], c[1], c[2]) for c in after.attribute_columns} == stamped
-    again = subprocess.run(
-        [sys.executable, "-m", "tsmigrate.cli", "restore", str(archive),
-         "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    again = clirun.run(tmp_path, "restore", str(archive), "--endpoint", ots_instance.endpoint,
+                       "--instance", ots_instance.instance, extra_env=env)
     assert again.returncode == 0 and again.stdout.startswith("Restored 3 row(s)")  # idempotent
     client.create_table(md.TableMeta("other_key", [("id", "STRING")]), md.TableOptions(-1, 1),
                         md.ReservedThroughput(md.CapacityUnit(0, 0)))
-    elsewhere = subprocess.run(
-        [sys.executable, "-m", "tsmigrate.cli", "restore", str(archive), "--table", "other_key",
-         "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    elsewhere = clirun.run(tmp_path, "restore", str(archive), "--table", "other_key",
+                           "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance,
+                           extra_env=env)
     assert elsewhere.returncode == 1 and "Traceback" not in elsewhere.stderr
     assert ("table other_key exists with primary key (id STRING), the archive's rows have "
             "(keyword STRING, captured_at INTEGER)") in elsewhere.stderr
@@ -163,7 +156,7 @@ def test_restore_of_a_missing_or_broken_archive_is_a_clear_error(ots_instance, t
     broken = tmp_path / "x.jsonl.gz"
     with gzip.open(broken, "wt") as stream:
         stream.write(json.dumps({"format": 1, "table": "t", "schema": {}}) + "\n")
-    env = {**os.environ, "ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret}
     not_gzip = tmp_path / "y.jsonl.gz"
     not_gzip.write_text("garbage\n")
@@ -171,10 +164,8 @@ def test_restore_of_a_missing_or_broken_archive_is_a_clear_error(ots_instance, t
                             (broken, "cut short"),
                             (not_gzip, "y.jsonl.gz cannot be read as an archive: Not a gzipped"),
                             (tmp_path, "cannot be read as an archive: [Errno 21] Is a directory")):
-        done = subprocess.run(
-            [sys.executable, "-m", "tsmigrate.cli", "restore", str(source),
-             "--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        done = clirun.run(tmp_path, "restore", str(source), "--endpoint", ots_instance.endpoint,
+                          "--instance", ots_instance.instance, extra_env=env)
         assert done.returncode == 1 and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "cannot reach" not in done.stderr
 
@@ -222,9 +213,7 @@ def test_plan_command_plans_the_coming_months(tmp_path):
         "    keyword = PrimaryKey(str)\n"
         "    captured_at = PrimaryKey(datetime)\n"
         "    rank = Column(int)\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    done = subprocess.run([sys.executable, "-m", "tsmigrate.cli", "plan"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = clirun.run(tmp_path, "plan")
     assert done.returncode == 0, done.stderr
     now = datetime.now(timezone.utc)
     this = f"snaps_{now.year:04d}{now.month:02d}"

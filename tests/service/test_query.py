@@ -3,6 +3,7 @@
 import pytest
 from service_models import FAST, Account, Event, Reading, Tick
 
+from tsmigrate.local import rows as local_rows
 from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
 from tsmigrate.service.calls import stream
 from tsmigrate.service.query import Query, range_op
@@ -35,12 +36,15 @@ def test_columns_to_get_and_none_for_the_rest(readings):
     assert row.battery == 0 and row.serial is None and row.ts == 0
 
 
-def test_filtered_query_returns_every_match_across_many_short_pages(readings):
-    # 12,000 rows; the server scans at most 5,000 per page when a filter is set, so the matches
-    # arrive over pages that are short or empty and still carry a continuation key.
+def test_filtered_query_returns_every_match_across_many_short_pages(readings, monkeypatch):
+    # The server scans at most PAGE_ROWS rows per page when a filter is set (5,000, as the service
+    # does: tests/local/test_server_rows.py), so the matches arrive over pages that are short or
+    # empty and still carry a continuation key. Here 120 rows and 50 a page: the same pages as
+    # 12,000 rows and 5,000 a page, without writing 12,000 rows through the SDK (4 s and more).
+    monkeypatch.setattr(local_rows, "PAGE_ROWS", 50)
     readings.batch_write(put=(
-        Reading(device_id="a", ts=i, battery=1 if i in (3, 4, 11998) else 50)
-        for i in range(12000))).raise_for_failures()
+        Reading(device_id="a", ts=i, battery=1 if i in (3, 4, 118) else 50)
+        for i in range(120))).raise_for_failures()
     calls = []
 
     class Recording:
@@ -55,11 +59,11 @@ def test_filtered_query_returns_every_match_across_many_short_pages(readings):
     codec = readings.codec
     query = Query.build(codec, {"device_id": "a", "filter": Attr("battery") < 10})
     found = [r.ts for r in stream(Recording(readings.client), range_op(codec, query))]
-    assert found == [3, 4, 11998]
+    assert found == [3, 4, 118]
     assert len(calls) >= 3 and sum(calls) == 3  # several pages, short ones, the query went on
     # Through the public API too, and backward.
     assert [r.ts for r in readings.query(device_id="a", filter=Attr("battery") < 10,
-                                         reverse=True)] == [11998, 4, 3]
+                                         reverse=True)] == [118, 4, 3]
 
 
 def test_page_size_forces_short_pages_without_losing_rows(readings):
@@ -68,10 +72,28 @@ def test_page_size_forces_short_pages_without_losing_rows(readings):
     assert [r.ts for r in readings.query(device_id="a", page_size=4, limit=9)] == list(range(9))
 
 
-def test_results_stream_lazily(readings):
+def test_results_stream_lazily(readings, monkeypatch):
     _load(readings, "a", 30)
+    client = readings.client
+    pages = []  # the rows of every GetRange answer, in the order the query asked for them
+    real_get_range = client.get_range
+
+    def counting_get_range(*args, **kwargs):
+        result = real_get_range(*args, **kwargs)
+        pages.append(len(result[2]))
+        return result
+
+    monkeypatch.setattr(client, "get_range", counting_get_range)  # the client the Rows calls
     it = readings.query(device_id="a", page_size=10)
-    assert next(it).ts == 0  # one page read, not the whole range
+    assert pages == []  # nothing is read before the first row is asked for
+    assert next(it).ts == 0
+    assert pages == [10]  # one page read, not the whole range
+    assert [next(it).ts for _ in range(9)] == list(range(1, 10))
+    assert pages == [10]  # the rest of that page costs no request
+    assert next(it).ts == 10
+    assert pages == [10, 10]  # the next page, only once its first row is asked for
+    assert [r.ts for r in it] == list(range(11, 30))
+    assert sum(pages) == 30 and len(pages) >= 3
 
 
 def test_bucketed_key_reads_every_bucket_and_merges_in_order(client):
