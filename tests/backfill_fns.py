@@ -13,7 +13,7 @@ HANG_AT = os.environ.get("BACKFILL_FNS_HANG_AT")
 def fill_region(row: dict) -> dict:
     """region from the payload ("eu:..." -> "eu"), and the scratch column removed."""
     if HANG_AT is not None and row["n"] == int(HANG_AT):
-        time.sleep(600)
+        time.sleep(600)  # the process stalls here until the test kills it
     return {"region": row["payload"].split(":", 1)[0], "scratch": None}
 
 
