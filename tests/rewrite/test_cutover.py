@@ -8,49 +8,19 @@ import json
 import threading
 import time
 
+import cutover_tables as ct
 import pytest
 import tablestore as ts
+from cutover_tables import Counter, CounterV2
 
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import apply
-from tsmigrate.model import compile_models
 from tsmigrate.rewrite import cutover, driver, machine
-from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.service import Rows, routing
-
-IDENTITY = "local:test"
-
-
-class Counter(Model, table="counters", max_versions=1):
-    device = PrimaryKey(str)
-    seq = PrimaryKey(int)
-    count = Column(int)
-    note = Column(str)
-
-
-class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
-    seq = PrimaryKey(int)
-    device = PrimaryKey(str)
-    count = Column(int)
-    note = Column(str)
-
-
-SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
 
 
 @pytest.fixture
 def ready(ots_instance):
     """A rewrite of ``counters`` into ``counters_by_seq`` at ready, 20 rows copied."""
-    routing.clear()
-    client = ots_instance.client()
-    apply(client, compile_models([Counter]), target_identity=IDENTITY)
-    old = Rows(Counter, client)
-    for i in range(20):
-        old.put(Counter(device=f"d{i % 4}", seq=i, count=0, note="start"))
-    outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
-                    rewrite_settings=SETTINGS)
-    assert [r.phase for r in outcome.rewrites] == [machine.READY]
-    return client
+    return ct.ready(ots_instance)
 
 
 def _raw(client, table: str, key: list) -> dict | None:
@@ -58,23 +28,7 @@ def _raw(client, table: str, key: list) -> dict | None:
     return None if row is None else {c[0]: c[1] for c in row.attribute_columns}
 
 
-def _catch_up(client) -> None:
-    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
-        if runner.rewrite.phase == machine.READY:
-            driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
-        else:
-            driver._drain_reverse(client, runner, driver.quiet)
-
-
-def _switch(client, **options) -> machine.Rewrite:
-    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
-        return cutover.switch(client, driver.spec_of(client, True), runner, report=driver.quiet,
-                              **options)
-
-
-def _revert(client) -> machine.Rewrite:
-    with machine.Runner(client, CounterV2.table_name(), handover=True) as runner:
-        return cutover.revert(client, runner, report=driver.quiet)
+_catch_up, _switch, _revert = ct.catch_up, ct.switch, ct.revert
 
 
 def test_both_models_write_the_source_until_the_switch_cases_a_b_c(ready):

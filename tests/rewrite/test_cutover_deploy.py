@@ -3,8 +3,7 @@ at random moments while they write, `switch` and `revert` run in the middle, and
 every acknowledged write stands; a `switch` killed with SIGKILL inside its fence holds writes
 until the next `switch` or `revert`; `rewrite status` lists the clients and where each writes.
 
-The models and helpers are those of ``test_cutover.py`` (copied: with ``--import-mode=importlib``
-one test module cannot import another); the models name the same tables.
+The models and the cut-over calls are ``tests/cutover_tables.py``'s, as in ``test_cutover.py``.
 
 The worker processes are forked from a fork server (not from this process, which runs the
 server's threads); each runs this file with ``__name__ == WORKER_RUN_NAME`` (``runpy``), which
@@ -29,51 +28,22 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import cutover_tables as ct
 import pytest
 import tablestore as ts
+from cutover_tables import Counter, CounterV2
 
-from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import apply
-from tsmigrate.model import compile_models
-from tsmigrate.rewrite import cutover, driver, machine
-from tsmigrate.rewrite.planned import RewriteSettings
+from tsmigrate.rewrite import driver, machine
 from tsmigrate.service import Rows, routing
 
-IDENTITY = "local:test"
-TARGET = "counters_by_seq"
-
-
-class Counter(Model, table="counters", max_versions=1):
-    device = PrimaryKey(str)
-    seq = PrimaryKey(int)
-    count = Column(int)
-    note = Column(str)
-
-
-class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
-    seq = PrimaryKey(int)
-    device = PrimaryKey(str)
-    count = Column(int)
-    note = Column(str)
-
-
-SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
-ROWS = 20  # the rows the `ready` fixture writes: device d{i % 4}, seq i, count 0, note "start"
+TARGET = ct.TARGET
+ROWS = ct.ROWS
 
 
 @pytest.fixture
 def ready(ots_instance):
     """A rewrite of ``counters`` into ``counters_by_seq`` at ready, 20 rows copied."""
-    routing.clear()
-    client = ots_instance.client()
-    apply(client, compile_models([Counter]), target_identity=IDENTITY)
-    old = Rows(Counter, client)
-    for i in range(ROWS):
-        old.put(Counter(device=f"d{i % 4}", seq=i, count=0, note="start"))
-    outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
-                    rewrite_settings=SETTINGS)
-    assert [r.phase for r in outcome.rewrites] == [machine.READY]
-    return client
+    return ct.ready(ots_instance)
 
 
 def _key(i: int) -> dict[str, Any]:
@@ -88,20 +58,7 @@ def _raw(client, table: str, i: int) -> dict | None:
     return None if row is None else {c[0]: c[1] for c in row.attribute_columns}
 
 
-def _catch_up(client) -> None:
-    with machine.Runner(client, TARGET, handover=True) as runner:
-        driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
-
-
-def _switch(client, **options) -> machine.Rewrite:
-    with machine.Runner(client, TARGET, handover=True) as runner:
-        return cutover.switch(client, driver.spec_of(client, True), runner, report=driver.quiet,
-                              **options)
-
-
-def _revert(client) -> machine.Rewrite:
-    with machine.Runner(client, TARGET, handover=True) as runner:
-        return cutover.revert(client, runner, report=driver.quiet)
+_catch_up, _switch, _revert = ct.catch_up, ct.switch, ct.revert
 
 
 def _credentials(ots) -> dict[str, str]:
@@ -331,12 +288,13 @@ KILLED_LEASE_S = 5.0
 
 def _silent_client(client) -> None:
     """A live heartbeat row, as ``routing.Router.heartbeat_op`` writes it, of a process that saw
-    the rewrite at ready and never reads the state again."""
+    the rewrite at ready and never reads the state again; its lease (an hour) lets it write on
+    what it read past any fence, so switch waits the fence's whole lease for it."""
     row = ts.Row(
         [("kind", routing.CLIENT_KIND), ("id", f"{TARGET}/{FAKE_CLIENT}/counters")],
         [("host", "somehost"), ("pid", 1), ("table", "counters"), ("side", routing.SOURCE),
          ("phase", machine.READY), ("seen_version", 0), ("at_ms", int(time.time() * 1000)),
-         ("lease_s", routing.LEASE_S)],
+         ("lease_s", 3600.0)],
     )
     client.put_row(routing.STATE_TABLE, row, ts.Condition("IGNORE"))
 

@@ -50,6 +50,7 @@ LEASE_S = 2.0  # how long a process trusts the state it read (a rewrite may set 
 HOLD_S = 30.0  # the longest a write waits for a fence (switch, revert) to come down
 REFRESH_WAIT_S = 10.0  # how long an expired lease is retried before writes stop with an error
 POLL_S = 0.05  # how often a held write reads the state again
+RETRY_S = 0.2  # between attempts to read the state when a read failed
 SOURCE, TARGET, HOLD = "source", "target", "hold"
 ENDED = ("done", "aborted")
 
@@ -197,6 +198,23 @@ class Router:
         )
         yield Call("put_row", STATE_TABLE, row, md.Condition(md.RowExistenceExpectation.IGNORE))
 
+    def _read_op(self) -> Op[Route]:
+        """The route the state names now. A process that starts routing a rewrite writes its
+        heartbeat before its first write: one switch cannot see could write the old side after
+        the fence."""
+        route = self.decide((yield from _rewrites_op()))
+        if route.active and self.beat_version[0] != route.rewrite:
+            yield from self.heartbeat_op(route)
+            self.beaten(route)
+        return route
+
+    def _unavailable(self, exc: Exception) -> RoutingUnavailable:
+        self.expires = 0.0
+        return RoutingUnavailable(
+            f"{self.table}: cannot read {STATE_TABLE} to learn which table takes writes "
+            f"({type(exc).__name__}: {exc}); writes stop rather than guess a side"
+        )
+
     def beat_due(self, route: Route) -> bool:
         """A heartbeat at every read of an unfinished rewrite's state: its time says until when
         this process may write on what it read (so ``switch`` need not wait for a process that
@@ -220,21 +238,12 @@ class Router:
         deadline = time.monotonic() + REFRESH_WAIT_S
         while True:
             try:
-                route = self.decide(run(client, _rewrites_op()))
-                if route.active and self.beat_version[0] != route.rewrite:
-                    # Known to switch before the first write: a process it cannot see could
-                    # still write the old side after the fence.
-                    run(client, self.heartbeat_op(route))
-                    self.beaten(route)
+                route = run(client, self._read_op())
                 break
             except Exception as exc:
                 if time.monotonic() >= deadline:
-                    self.expires = 0.0
-                    raise RoutingUnavailable(
-                        f"{self.table}: cannot read {STATE_TABLE} to learn which table takes writes "
-                        f"({type(exc).__name__}: {exc}); writes stop rather than guess a side"
-                    ) from exc
-                time.sleep(min(0.5, POLL_S * 4))
+                    raise self._unavailable(exc) from exc
+                time.sleep(RETRY_S)
         changed = (route.rewrite, route.side) != (self.route.rewrite, self.route.side)
         if changed and self.inflight:
             # Writes sent on the old route land before this process says it has moved; no new
@@ -292,19 +301,12 @@ class Router:
         deadline = now + REFRESH_WAIT_S
         while True:
             try:
-                route = self.decide(await arun(client, _rewrites_op()))
-                if route.active and self.beat_version[0] != route.rewrite:
-                    await arun(client, self.heartbeat_op(route))
-                    self.beaten(route)
+                route = await arun(client, self._read_op())
                 break
             except Exception as exc:
                 if time.monotonic() >= deadline:
-                    self.expires = 0.0
-                    raise RoutingUnavailable(
-                        f"{self.table}: cannot read {STATE_TABLE} to learn which table takes writes "
-                        f"({type(exc).__name__}: {exc}); writes stop rather than guess a side"
-                    ) from exc
-                await asyncio.sleep(min(0.5, POLL_S * 4))
+                    raise self._unavailable(exc) from exc
+                await asyncio.sleep(RETRY_S)
         changed = (route.rewrite, route.side) != (self.route.rewrite, self.route.side)
         wait_until = time.monotonic() + route.lease_s
         while changed and self.inflight and time.monotonic() < wait_until:

@@ -1,0 +1,69 @@
+"""The cut-over tests' tables: counters keyed (device, seq), rewritten into (seq, device), a
+rewrite at ready over 20 rows, and the cut-over commands as library calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tsmigrate import Column, Model, PrimaryKey
+from tsmigrate.apply import apply
+from tsmigrate.model import compile_models
+from tsmigrate.rewrite import cutover, driver, machine
+from tsmigrate.rewrite.planned import RewriteSettings
+from tsmigrate.service import Rows, routing
+
+IDENTITY = "local:test"
+TARGET = "counters_by_seq"
+ROWS = 20  # the rows `ready` writes: device d{i % 4}, seq i, count 0, note "start"
+
+
+class Counter(Model, table="counters", max_versions=1):
+    device = PrimaryKey(str)
+    seq = PrimaryKey(int)
+    count = Column(int)
+    note = Column(str)
+
+
+class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
+    seq = PrimaryKey(int)
+    device = PrimaryKey(str)
+    count = Column(int)
+    note = Column(str)
+
+
+SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
+
+
+def ready(ots_instance: Any) -> Any:
+    """A rewrite of ``counters`` into ``counters_by_seq`` at ready, ``ROWS`` rows copied; the
+    instance's client."""
+    routing.clear()
+    client = ots_instance.client()
+    apply(client, compile_models([Counter]), target_identity=IDENTITY)
+    old = Rows(Counter, client)
+    for i in range(ROWS):
+        old.put(Counter(device=f"d{i % 4}", seq=i, count=0, note="start"))
+    outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
+                    rewrite_settings=SETTINGS)
+    assert [r.phase for r in outcome.rewrites] == [machine.READY]
+    return client
+
+
+def switch(client: Any, **options: Any) -> machine.Rewrite:
+    with machine.Runner(client, TARGET, handover=True) as runner:
+        return cutover.switch(client, driver.spec_of(client, True), runner, report=driver.quiet,
+                              **options)
+
+
+def revert(client: Any) -> machine.Rewrite:
+    with machine.Runner(client, TARGET, handover=True) as runner:
+        return cutover.revert(client, runner, report=driver.quiet)
+
+
+def catch_up(client: Any) -> None:
+    """Capture applies what the stream holds, in the direction the phase names."""
+    with machine.Runner(client, TARGET, handover=True) as runner:
+        if runner.rewrite.phase == machine.READY:
+            driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
+        else:
+            driver._drain_reverse(client, runner, driver.quiet)
