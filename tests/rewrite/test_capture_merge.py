@@ -102,8 +102,8 @@ def test_update_rows_encodes_puts_and_version_deletes_as_the_sdk_does():
     assert mine == bytes(sdk)
     decoded = decode_row(mine)
     assert [(c.name, c.op, c.timestamp) for c in decoded.cells] == [("note", None, 1000), ("temp", 3, 2000)]
-    # A column at most once per UpdateRow (the service refuses it twice), deletes before puts.
-    rounds = writer.update_rounds([("put", "a", 1, 2), ("delete", "a", None, 1), ("put", "b", 1, 2),
+    # A column at most once per UpdateRow (the service refuses it twice), in the order given.
+    rounds = writer.update_rounds([("delete", "a", None, 1), ("put", "a", 1, 2), ("put", "b", 1, 2),
                                    ("put", "a", 3, 4)])
     assert rounds == [[("delete", "a", None, 1), ("put", "b", 1, 2)], [("put", "a", 1, 2)],
                       [("put", "a", 3, 4)]]
@@ -330,3 +330,22 @@ def test_random_interleavings_keep_the_latest_write_of_every_column(ots_instance
             assert _newest(cells, column) == expected, (seed, i, column, history, cells)
             checked += expected is not None
     assert checked  # the test saw values, not only absences
+
+
+def test_a_new_value_lands_before_the_old_one_goes_unless_that_could_lose_a_kept_version():
+    from tsmigrate.rewrite.capture import ordered_changes
+
+    # One version kept: the new value first; the old one is pushed out by it (its delete finds
+    # nothing), so a reader never sees the column missing.
+    new, old = ("put", "note", "after", 20), ("delete", "note", None, 10)
+    assert ordered_changes([new, old], {("note", 10): "before"}, 1) == [new, old]
+    # Three kept, an older version stays: putting first would push out only the deleted oldest.
+    keep = {("n", 1): "a", ("n", 2): "b", ("n", 3): "c"}
+    assert ordered_changes([("put", "n", "d", 4), ("delete", "n", None, 1)], keep, 3) == [
+        ("put", "n", "d", 4), ("delete", "n", None, 1)]
+    # ...but when the version it would push out is one to keep, the deletes go first.
+    changes = [("put", "n", "d", 4), ("delete", "n", None, 2), ("delete", "n", None, 3)]
+    assert ordered_changes(changes, keep, 3) == [changes[1], changes[2], changes[0]]
+    # A put older than what the column holds (a source version the target lacks): deletes first.
+    older = [("put", "n", "z", 0), ("delete", "n", None, 3)]
+    assert ordered_changes(older, keep, 3) == [older[1], older[0]]

@@ -131,6 +131,33 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def ordered_changes(changes: list[tuple[str, str, Any, int]], before: dict[tuple[str, int], Any],
+                    max_versions: int) -> list[tuple[str, str, Any, int]]:
+    """A row's cell changes in the order they are safe to apply, column by column.
+
+    Puts that become the column's newest versions go first when the versions they push out (a
+    table keeps its ``max_versions`` newest) are all deleted anyway: a reader of the table never
+    sees the column missing between the old value's delete and the new value's put. Otherwise the
+    deletes go first, since a version put below ``max_versions`` newer ones is dropped at once,
+    even when one of those is deleted next."""
+    columns: dict[str, list[tuple[str, str, Any, int]]] = {}
+    for change in changes:
+        columns.setdefault(change[1], []).append(change)
+    ordered = []
+    for name, cells in columns.items():
+        current = [stamp for (column, stamp) in before if column == name]
+        deleted = {c[3] for c in cells if c[0] == "delete"}
+        newest = max(current, default=-1)
+        first = [c for c in cells if c[0] == "put" and c[3] > newest]
+        held = sorted(current + [c[3] for c in first], reverse=True)
+        if not first or not set(held[max_versions:]) <= deleted:
+            first = []
+        ordered += first
+        ordered += [c for c in cells if c[0] == "delete"]
+        ordered += [c for c in cells if c[0] == "put" and c not in first]
+    return ordered
+
+
 @attrs.define
 class _TargetRow:
     """A target row as read, and as it is to become: cells by (name, timestamp), read order."""
@@ -472,7 +499,8 @@ class Capture:
             changes += [("delete", name, None, stamp) for name, stamp in row.before
                         if (name, stamp) not in row.cells]
             if changes:
-                updates.append((list(row.key), changes))
+                updates.append((list(row.key), ordered_changes(
+                    changes, row.before, self.job.target.options.max_versions)))
         if gone:
             self.writer.delete_keys(self.client, self.job.target.name, gone)
         if bare:

@@ -251,10 +251,9 @@ def encode_update(key: Sequence[tuple[str, Any]], cells: Sequence[CellChange]) -
 def update_rounds(cells: Sequence[CellChange]) -> list[list[CellChange]]:
     """A row's cell changes as successive UpdateRows: each names a column once (the service
     refuses a name twice in one UpdateRow) and holds at most MAX_CELLS_PER_UPDATE cells; the
-    deletes of a column come before its puts: a table keeping N versions drops a version put
-    below N newer ones at once, even when one of those is deleted next."""
+    changes of a column keep the order given (capture's ``ordered_changes`` decides it)."""
     by_name: dict[str, list[CellChange]] = {}
-    for cell in sorted(cells, key=lambda c: c[0] == "put"):
+    for cell in cells:
         by_name.setdefault(cell[1], []).append(cell)
     rounds: list[list[CellChange]] = []
     for changes in by_name.values():
