@@ -13,6 +13,7 @@ import pytest
 import tablestore as ts
 from cutover_tables import Counter, CounterV2
 
+from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import cutover, driver, machine
 from tsmigrate.service import Rows, routing
 
@@ -236,6 +237,10 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
                              "--format", "json").stdout)
     assert (status["phase"], status["side"], status["fence"]["to"]) == ("switched", "target", "target")
     assert machine.load(ots_instance.client(), "counters_by_seq").get("routing_lease_s") == 1.0
+    # The stream switch turned on for reverse capture is the rewrite's, not drift to undo.
+    planned = _cli(tmp_path, ots_instance, "plan", "--detailed-exitcode")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "stream" not in planned.stdout
     abort = _cli(tmp_path, ots_instance, "rewrite", "abort", "counters_by_seq")
     assert abort.returncode == 1 and "rewrite revert counters_by_seq" in abort.stderr
     reverted = _cli(tmp_path, ots_instance, "rewrite", "revert", "counters_by_seq")
@@ -245,6 +250,8 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     done = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
     assert done.returncode == 0, done.stderr
     assert "reverse capture stopped" in done.stdout
+    assert not RawClient(ots_instance.client()).describe_table("counters_by_seq").stream_details.enable_stream
+    assert _cli(tmp_path, ots_instance, "plan", "--detailed-exitcode").returncode == 0
     assert machine.load(ots_instance.client(), "counters_by_seq").phase == machine.DONE
 
 

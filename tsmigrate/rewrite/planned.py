@@ -38,22 +38,29 @@ class RewriteSettings:
 
 def mask_live(client: Any, live: Catalog) -> Catalog:
     """The live catalog as the plan should see it: tables under an unfinished rewrite with the
-    deviation and stream they had before prepare."""
-    changes: dict[str, Any] = {}
+    deviation and streams they had before the rewrite changed them."""
+    changes: dict[str, list[Any]] = {}
     for rewrite in machine.all_rewrites(client):
         if not rewrite.active:
             continue
         declared = rewrite.get("declared_deviation")
         if declared is not None:
-            changes[rewrite.target] = lambda t, d=declared: attrs.evolve(
-                t, options=attrs.evolve(t.options, max_time_deviation=int(d)))
-        was = rewrite.get("stream_was")
-        if was is not None:
-            spec = StreamSpec(bool(was["enabled"]), int(was.get("expiration_hours") or 24))
-            changes[rewrite.source] = lambda t, s=spec: attrs.evolve(t, stream=s)
+            changes.setdefault(rewrite.target, []).append(lambda t, d=declared: attrs.evolve(
+                t, options=attrs.evolve(t.options, max_time_deviation=int(d))))
+        # The streams prepare (source) and switch (target, for reverse capture) turned on.
+        for table, key in ((rewrite.source, "stream_was"), (rewrite.target, "target_stream_was")):
+            was = rewrite.get(key)
+            if was is not None:
+                spec = StreamSpec(bool(was["enabled"]), int(was.get("expiration_hours") or 24))
+                changes.setdefault(table, []).append(lambda t, s=spec: attrs.evolve(t, stream=s))
     if not changes:
         return live
-    return Catalog(tables=[changes[t.name](t) if t.name in changes else t for t in live.tables])
+    tables = []
+    for table in live.tables:
+        for change in changes.get(table.name, ()):
+            table = change(table)
+        tables.append(table)
+    return Catalog(tables=tables)
 
 
 def _job(live: Catalog, models: Catalog, source: str, target: str,
