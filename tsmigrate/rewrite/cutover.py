@@ -62,6 +62,14 @@ def clients(client: Any, target: str) -> list[dict[str, Any]]:
     return []
 
 
+def forget_clients(client: Any, target: str) -> None:
+    """Remove the heartbeat rows of an ended rewrite (finish, abort): nothing waits for them."""
+    for row in clients(client, target):
+        with contextlib.suppress(Exception):
+            adapter.delete_row(client, STATE_TABLE,
+                               [("kind", routing.CLIENT_KIND), ("id", f"{target}/{row['id']}")])
+
+
 def live_clients(client: Any, target: str) -> list[dict[str, Any]]:
     now = machine.now_ms()
     return [c for c in clients(client, target) if now - int(c.get("at_ms", 0)) < LIVE_S * 1000]

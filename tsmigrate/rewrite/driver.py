@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -59,7 +59,7 @@ def spec_of(client: Any, local_defaults: bool) -> ConnectionSpec:
 
 
 def job_of(rewrite: machine.Rewrite) -> RewriteJob:
-    return RewriteJob.from_json(rewrite.doc["job"])
+    return machine.job_of(rewrite)
 
 
 def _splits(client: Any, rewrite: machine.Rewrite) -> list[Any]:
@@ -469,12 +469,19 @@ def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
 
 def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
            report: Report = quiet, *, force: bool = False,
-           accept_target_writes: bool = False) -> machine.Rewrite:
+           accept_target_writes: bool = False, declared: Collection[str] = ()) -> machine.Rewrite:
     """End the rewrite: after ``switch`` (the target is the table of record), drain reverse
     capture and stop it; with ``force`` from ready (services that write without the model API
     moved by their own deploy), catch up and verify as the cut-over. Then put the tables'
-    settings back, and drop the old table with ``allow_destructive``."""
+    settings back, and drop the old table with ``allow_destructive``, unless it is one of
+    ``declared`` (the tables the models declare): then nothing is done."""
     rewrite = runner.rewrite
+    if allow_destructive and rewrite.source in declared:
+        # Refused before anything moves: dropping it would take a declared table from its model.
+        raise machine.RewriteError(
+            f"not dropping {rewrite.source}: the models still declare it. Remove its model (or its "
+            f"table= name) first, or finish without --allow-destructive to keep {rewrite.source}"
+        )
     if rewrite.phase == machine.DONE:
         # Finished earlier with the old table kept: --allow-destructive now drops it, as the
         # message of that finish says.
@@ -521,8 +528,12 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
         prepare.restore_stream(raw, job.target.name, target_was)
     if allow_destructive and source_exists:
         drop_table(client, job.source.name)
-    return runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
+    done = runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
                        source_dropped=allow_destructive)
+    from tsmigrate.rewrite import cutover
+
+    cutover.forget_clients(client, done.target)
+    return done
 
 
 def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
@@ -583,4 +594,8 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
     from tsmigrate.rewrite import checkpoints
 
     checkpoints.clear(client, job.id)
-    return runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())
+    aborted = runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())
+    from tsmigrate.rewrite import cutover
+
+    cutover.forget_clients(client, aborted.target)
+    return aborted
