@@ -19,7 +19,7 @@ from tablestore.auth import SignV2
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, Credentials
-from tsmigrate.local.server import InsecureBind, LocalServer, is_loopback
+from tsmigrate.local.server import EmptySecret, InsecureBind, LocalServer, is_loopback
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
 
 KiB = 1024
@@ -102,6 +102,22 @@ def test_a_non_loopback_bind_needs_a_secret_of_ones_own() -> None:
         LocalServer(Credentials({DEFAULT_ACCESS_KEY_ID: DEFAULT_ACCESS_KEY_SECRET}), host="0.0.0.0")
     server = LocalServer(Credentials({DEFAULT_ACCESS_KEY_ID: "my-own-secret"}), host="0.0.0.0")
     server.close()  # accepted (closed at once: nothing is served beyond this machine)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_serve_with_an_empty_secret_is_refused_on_any_bind(host: str, tmp_path: Path) -> None:
+    # Refused on loopback too: the SDK itself refuses an empty secret, so only a hand-made client
+    # could use such a server, and an empty value is nearly always an unset shell variable.
+    result = refused_serve(tmp_path, "--memory", "--port", "0", "--host", host, "--access-key-secret", "")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--access-key-secret" in errors[0] and "is empty" in errors[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_an_empty_secret_is_refused_by_the_library_too() -> None:
+    with pytest.raises(EmptySecret):
+        LocalServer(Credentials({"ak": "good", DEFAULT_ACCESS_KEY_ID: ""}))
 
 
 def test_loopback_hosts() -> None:

@@ -82,7 +82,8 @@ def serve(
     from tsmigrate.local.context import ServerOptions
     from tsmigrate.local.faults import FaultPlan
     from tsmigrate.local.ownership import SERVE_ROLE, DataDirInUse
-    from tsmigrate.local.server import InsecureBind, LocalServer
+    from tsmigrate.local.server import EmptySecret, InsecureBind, LocalServer
+    from tsmigrate.local.storage import StorageUnwritable
 
     if data_dir and memory:
         raise click.UsageError("--data and --memory are mutually exclusive")
@@ -108,6 +109,10 @@ def serve(
         raise click.ClickException(str(e)) from None
     except InsecureBind as e:
         raise click.UsageError(str(e)) from None
+    except EmptySecret as e:
+        raise click.BadParameter(str(e), param_hint="--access-key-secret") from None
+    except StorageUnwritable as e:
+        raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
     stop = threading.Event()

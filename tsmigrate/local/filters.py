@@ -23,7 +23,10 @@ Semantics of a single condition (SingleColumnValueFilter):
   * ``value_trans_rule`` (SingleColumnRegexCondition): on STRING values only, the regex is
     searched; the first group (or the whole match without groups) is cast to the cast type
     and compared. A version where this fails (not a string, no match, bad number) does not
-    satisfy the condition. EXIST / NOT_EXIST ignore the rule.
+    satisfy the condition. EXIST / NOT_EXIST ignore the rule. The regex is RE2 (google-re2):
+    matching is linear in the value, so a pattern such as ``(a+)+$`` cannot backtrack
+    exponentially while the request holds the storage; what RE2 refuses (backreferences,
+    lookaround) is an invalid regex, as on the service, whose engine is not backtracking either.
 Composite: NOT takes exactly one sub-filter, AND/OR at least two. A tree has at most
 MAX_FILTER_COUNT nodes (composites included), as the service counts.
 
@@ -38,6 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+import re2
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_filter_pb2 as fpb
 
@@ -50,6 +54,8 @@ __all__ = ["MAX_FILTER_COUNT", "Columns", "Filter", "FilterError", "compile_filt
 MAX_FILTER_COUNT = 32
 MAX_VALUE_LENGTH = 2 * 1024 * 1024
 MAX_REGEX_LENGTH = 256
+# RE2's memory for one compiled regex (its default, 8 MB, is per pattern and per request).
+_RE2_MAX_MEM = 8 << 20
 
 Columns = Mapping[str, Sequence[tuple[int, object]]]
 _Predicate = Callable[[Columns], bool]
@@ -209,9 +215,9 @@ def _compile_rule(rule: fpb.ValueTransferRule) -> Callable[[object], object]:
     if len(rule.regex.encode("utf-8")) > MAX_REGEX_LENGTH:
         raise FilterError(f"The length of regex exceeds the max: {MAX_REGEX_LENGTH}.")
     try:
-        pattern = re.compile(rule.regex)
-    except re.error as exc:
-        raise FilterError(f"Invalid regex: {rule.regex}, {exc}.") from None
+        pattern = re2.compile(rule.regex, _RE2_OPTIONS)
+    except re2.error as exc:
+        raise FilterError(f"Invalid regex: {rule.regex}, {_re2_reason(exc)}.") from None
     cast_type = rule.cast_type if rule.HasField("cast_type") else fpb.VT_STRING
     cast = _CASTS.get(cast_type)
     if cast is None:
@@ -228,6 +234,21 @@ def _compile_rule(rule: fpb.ValueTransferRule) -> Callable[[object], object]:
         return None if text is None else cast(text)
 
     return transform
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a client's bad pattern is its 400 answer, not a server log line
+    options.max_mem = _RE2_MAX_MEM
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def _re2_reason(exc: re2.error) -> str:
+    reason = exc.args[0] if exc.args else ""
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
 
 
 def _cast_integer(text: str) -> int | None:

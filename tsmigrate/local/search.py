@@ -78,12 +78,11 @@ import binascii
 import dataclasses
 import json
 import math
-import re
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +100,7 @@ from tsmigrate.local.plainbuffer import (
 )
 from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze_with_length, phrase_tokens
 from tsmigrate.local.search_dates import parse_date
+from tsmigrate.local.search_limits import check_query_tree
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
 from tsmigrate.local.search_scoring import Stats
 from tsmigrate.local.utf8 import parse_nested
@@ -112,6 +112,10 @@ MAX_LIMIT = 100
 MAX_LIMIT_INDEX_ONLY = 1000
 MAX_OFFSET_PLUS_LIMIT = 100_000
 MAX_SCAN_LIMIT = 2000
+# Search's timeout (search index limits, D-SRLIM): the budget of one request's matching.
+SEARCH_TIMEOUT_S = 10.0
+# "Length of a query string for a wildcard query: 32" (search index limits, D-SRLIM).
+MAX_WILDCARD_LENGTH = 32
 DEFAULT_ALIVE_TIME = 60
 
 _NUMERIC = (spb.LONG, spb.DATE, spb.DOUBLE)
@@ -398,10 +402,38 @@ def _wildcard(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scor
     q = parse_nested(spb.WildcardQuery, body, "WildcardQuery")
     field = _field(schema, q.field_name)
     pattern = _query_value(field, q.value)
-    regex = re.compile(".*".join(".".join(map(re.escape, part.split("?")))
-                                 for part in pattern.split("*")), re.DOTALL)
+    if not isinstance(pattern, str):
+        raise _unsupported(f"WildcardQuery on {FIELD_TYPE_NAMES[field.type]} field [{field.name}]")
+    if len(pattern) > MAX_WILDCARD_LENGTH:
+        raise invalid(f"The length of the query string of WildcardQuery exceeds the limit: "
+                      f"{MAX_WILDCARD_LENGTH}, length: {len(pattern)}.")
     values = _tokens_or_values(field)
-    return _constant(lambda d: any(regex.fullmatch(v) for v in values(d)), _weight(q))
+    return _constant(lambda d: any(isinstance(v, str) and wildcard_match(pattern, v)
+                                   for v in values(d)), _weight(q))
+
+
+def wildcard_match(pattern: str, text: str) -> bool:
+    """Whether `text` matches `pattern` as a whole (`*`: any run, `?`: one character).
+
+    Greedy with one backtrack point, the last `*`: a later `*` makes every earlier choice
+    final, so the work is at most len(pattern) * len(text) steps, never exponential (a regex
+    translation backtracks through every `*` at once: `*a*a*...*c` on "aaaa..." never ends)."""
+    p = t = 0
+    star = -1  # the pattern position after the last `*` seen
+    resume = 0  # the text position that `*` currently swallows up to
+    while t < len(text):
+        if p < len(pattern) and pattern[p] == "*":
+            star, resume = p + 1, t
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "?" or pattern[p] == text[t]):
+            p += 1
+            t += 1
+        elif star >= 0:
+            resume += 1  # let the last `*` swallow one more character and retry after it
+            p, t = star, resume
+        else:
+            return False
+    return all(c == "*" for c in pattern[p:])
 
 
 def _exists(schema: IndexSchemaInfo, body: bytes, stats: Stats[_Doc]) -> _Scorer:
@@ -968,6 +1000,9 @@ def _pk_tuple(doc: Document) -> tuple[Any, ...]:
 
 def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
                documents: Iterable[Document]) -> spb.SearchResponse:
+    started = time.monotonic()
+    # Before any parsing: a deep tree would cost memory quadratic in its depth (see search_limits).
+    check_query_tree(spb.SearchQuery.DESCRIPTOR, request.search_query, "Search")
     query = parse_nested(spb.SearchQuery, request.search_query, "search_query")
     pk_pos = {name: i for i, name in enumerate(schema.pk_names)}
     if query.HasField("collapse"):
@@ -1003,8 +1038,9 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
         if any(k.is_pk and not isinstance(a, tuple) for k, a in zip(keys, after, strict=True)):
             raise invalid("Invalid token.")
     columns_for = _return_columns(schema, ctg)
-    matched = _knn_matches(knn, docs, limit) if knn is not None else \
-        _matches(_compile(schema, query.query, stats), docs)
+    budgeted = _within_budget(docs, started + SEARCH_TIMEOUT_S)
+    matched = _knn_matches(knn, budgeted, limit) if knn is not None else \
+        _matches(_compile(schema, query.query, stats), budgeted)
     hits = [(tuple(k.value(d, _pk_tuple(d.doc)) for k in keys), d.doc) for d in matched]
     scores = {id(d.doc): d.score for d in matched}
     _order(hits, keys)
@@ -1051,6 +1087,15 @@ def run_search(schema: IndexSchemaInfo, request: spb.SearchRequest,
         response.next_token = _encode_token({"sort": [k.spec() for k in keys],
                                              "after": _pack(page[-1][0])})
     return response
+
+
+def _within_budget(docs: Iterable[_Doc], deadline: float) -> Iterator[_Doc]:
+    """The documents, until the request's time is up: then 503 OTSTimeout, as the service
+    answers a search that outlives its timeout (no query can occupy the server for longer)."""
+    for d in docs:
+        if time.monotonic() > deadline:
+            raise OTSError(503, "OTSTimeout", "Operation timeout.")
+        yield d
 
 
 def _matches(scorer: _Scorer, docs: Iterable[_Doc]) -> list[_Doc]:
@@ -1161,6 +1206,7 @@ class ScanSessions:
     def parallel_scan(self, table_name: str, schema: IndexSchemaInfo,
                       request: spb.ParallelScanRequest,
                       documents: Iterable[Document]) -> spb.ParallelScanResponse:
+        check_query_tree(spb.ScanQuery.DESCRIPTOR, request.scan_query, "ParallelScan")
         scan = parse_nested(spb.ScanQuery, request.scan_query, "scan_query")
         limit = scan.limit if scan.HasField("limit") else MAX_SCAN_LIMIT
         if not 0 < limit <= MAX_SCAN_LIMIT:

@@ -342,10 +342,14 @@ def _indexed(ctx: Context, table: TableInfo, record: SearchIndexRecord) -> Itera
 
 
 def search(ctx: Context, req: spb.SearchRequest) -> spb.SearchResponse:
+    # The server does not take the storage lock for Search (LOCKS_ITSELF): the rows are read
+    # under it, the query runs outside it, so a costly query delays only its own caller.
     with ctx.storage.lock:
         table = _table(ctx, req.table_name)
         record = _served_by(ctx, table, _record(ctx, table, req.index_name))
-        return run_search(_info(table, record), req, _indexed(ctx, table, record))
+        info = _info(table, record)
+        documents = list(_indexed(ctx, table, record))
+    return run_search(info, req, documents)
 
 
 def compute_splits(ctx: Context, req: spb.ComputeSplitsRequest) -> spb.ComputeSplitsResponse:
@@ -365,6 +369,9 @@ def parallel_scan(ctx: Context, req: spb.ParallelScanRequest) -> spb.ParallelSca
         return ctx.server.scan_sessions.parallel_scan(table.name, _info(table, record), req,
                                                       _indexed(ctx, table, record))
 
+
+# Handlers that take the storage lock themselves, for their reads only (see `search`).
+LOCKS_ITSELF = frozenset({"Search"})
 
 HANDLERS: dict[str, tuple[type, Any]] = {
     "CreateSearchIndex": (search_protocol.CreateSearchIndexRequest, create_search_index),

@@ -5,6 +5,7 @@ responses shaped exactly as the SDK checks them (`protocol._check_headers` / `_c
 from __future__ import annotations
 
 import collections
+import contextlib
 import ipaddress
 import logging
 import os
@@ -39,10 +40,10 @@ from tsmigrate.local.context import Context, Handler, HookScope, MutationHook, S
 from tsmigrate.local.errors import OTSError, auth_failed, echo, invalid
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.ownership import Holder, Ownership
+from tsmigrate.local.ownership import EMBEDDED_ROLE, Holder, Ownership
 from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
-from tsmigrate.local.storage import Storage
+from tsmigrate.local.storage import Storage, describe_disk_failure, is_disk_failure
 from tsmigrate.local.transport import HTTPServer, Limits, Request, Response
 from tsmigrate.local.txn_registry import Transactions
 from tsmigrate.local.utf8 import check_utf8
@@ -73,6 +74,18 @@ class InsecureBind(ValueError):
         )
 
 
+class EmptySecret(ValueError):
+    """No client of the service signs with an empty secret (the SDK refuses one, Alibaba Cloud
+    issues none), so an empty one is a mistake, mostly an unset variable, on any bind: refused
+    rather than served with a key anybody can sign with."""
+
+    def __init__(self, access_key_id: str) -> None:
+        super().__init__(
+            f"the secret of access key {access_key_id!r} is empty: give a non-empty one with "
+            "--access-key-secret or $TSMIGRATE_LOCAL_SECRET (unset: the built-in one, loopback only)"
+        )
+
+
 def is_loopback(host: str) -> bool:
     """Whether `host` (an address or a name) is reachable from this machine only."""
     try:
@@ -100,10 +113,16 @@ class LocalServer:
     ) -> None:
         """`role` says who this is in the note a data directory's owner publishes (a second
         process on the directory is refused with it, or talks to this server)."""
+        empty = [key_id for key_id, secret in credentials.keys.items() if not secret]
+        if empty:
+            raise EmptySecret(empty[0])
         if not is_loopback(host) and DEFAULT_ACCESS_KEY_SECRET in credentials.keys.values():
             raise InsecureBind(host)
         self.credentials = credentials
         self.options = options or ServerOptions()
+        self.role = role
+        # The last write the disk refused (one line naming it), for a command to report.
+        self.disk_failure: str | None = None
         # Taken first and held until close(): raises DataDirInUse when a live server has it.
         self._ownership = Ownership.acquire(data_dir) if data_dir is not None else None
         try:
@@ -199,6 +218,7 @@ class LocalServer:
         caller: Caller | None = None
         try:
             caller = self._authenticate(req, api, query, None)
+            req.authenticated = True  # the transport trusts the connection (it knows the secret)
             self._route(api, caller)
             return None
         except OTSError as e:
@@ -211,6 +231,7 @@ class LocalServer:
         caller: Caller | None = None
         try:
             caller = self._authenticate(req, api, query, req.body)
+            req.authenticated = True
             request_cls, handler = self._route(api, caller)
             self._admit(api, caller.instance, self.now())
             message = request_cls()
@@ -222,7 +243,9 @@ class LocalServer:
             # A request is applied at one instant, taken once it holds the storage: versions are
             # stamped in the order writes commit, so a write that waited for the lock can never
             # be stamped older than one committed meanwhile (see `rows.update_one` for increments).
-            with self.storage.lock:
+            # Read-only handlers in LOCKS_ITSELF hold the lock for their reads only.
+            lock = contextlib.nullcontext() if api in searchapi.LOCKS_ITSELF else self.storage.lock
+            with lock:
                 ctx = Context(self, caller.instance, api, self.now())
                 result = handler(ctx, message)
             if self.options.faults is not None and (lost := self.options.faults.reply_error(api)):
@@ -235,13 +258,34 @@ class LocalServer:
             status, body = 400, _error_body("OTSParameterInvalid", f"Invalid PlainBuffer: {e}")
         except FilterError as e:
             status, body = 400, _error_body("OTSParameterInvalid", str(e))
-        except Exception:
-            log.exception("internal error serving %s", api)
-            status, body = 500, _error_body("OTSInternalServerError", "Internal server error.")
+        except RecursionError:
+            # A request nested deeper than a limit checks for: refused, one log line (a
+            # traceback this deep is hundreds of KB for each request).
+            log.warning("refused %s: the request is nested too deeply", api)
+            status, body = 400, _error_body("OTSParameterInvalid", "The request is nested too deeply.")
+        except Exception as e:
+            if is_disk_failure(e):
+                status, body = self._disk_failure(api, e)
+            else:
+                log.exception("internal error serving %s", api)
+                status, body = 500, _error_body("OTSInternalServerError", "Internal server error.")
         latency = self.options.latency_ms / 1000.0 - (time.monotonic() - start)
         if latency > 0:
             time.sleep(latency)
         return status, self._headers(api, body, caller), body
+
+    def _disk_failure(self, api: str, error: Exception) -> tuple[int, bytes]:
+        """A request SQLite could not write (full or failing disk). Its transaction was rolled
+        back, so the request was not done: answered as the service answers a write it cannot take
+        now, 503 OTSServerBusy "Server is busy." (retryable on every API: tablestore-spec.md
+        §6.10, §6.11), never a 500 with a traceback. Logged in one line naming the disk, except
+        by a command's embedded instance, whose command reports it (`disk_failure`)."""
+        self.disk_failure = describe_disk_failure(self.storage.data_dir, error)
+        # The reserve goes now, so that the bookkeeping after this failure can still be written.
+        self.storage.release_reserve()
+        if self.role != EMBEDDED_ROLE:
+            log.error("%s refused: %s", api, self.disk_failure)
+        return 503, _error_body("OTSServerBusy", "Server is busy.")
 
     def _authenticate(self, req: Request, api: str, query: str, body: bytes | None) -> Caller:
         """Method, size and signature (`body` None: not read yet, so its MD5 is not checked)."""

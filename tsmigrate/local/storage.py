@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,10 @@ from typing import NamedTuple
 from tsmigrate.local.model import TableInfo
 
 DB_FILE = "tablestore.sqlite3"
+# Space set aside next to the database, given back when the disk refuses a write: the writes that
+# follow a failure (an apply recording its step as failed and releasing its lock) then land.
+RESERVE_FILE = "reserve.bin"
+RESERVE_BYTES = 256 * 1024
 
 # (timestamp ms, value, encoded cell bytes, cell checksum), newest first per column.
 Version = tuple[int, object, bytes, int]
@@ -46,6 +51,42 @@ CREATE TABLE IF NOT EXISTS search_indexes (
     schema BLOB NOT NULL, ttl INTEGER NOT NULL, create_time INTEGER NOT NULL, meta TEXT NOT NULL,
     PRIMARY KEY (instance, table_name, index_name)) WITHOUT ROWID;
 """
+
+
+# SQLite's primary result codes for a write the disk refused (sqlite3.h): SQLITE_IOERR and
+# SQLITE_FULL ("database or disk is full", also what `PRAGMA max_page_count` gives).
+_SQLITE_IOERR = 10
+_SQLITE_FULL = 13
+
+
+def is_disk_failure(exc: BaseException) -> bool:
+    """Did SQLite fail because the disk is full or failing (not a bug in a statement)?"""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_IOERR, _SQLITE_FULL)
+    return str(exc).startswith(("database or disk is full", "disk I/O error"))
+
+
+def describe_disk_failure(data_dir: str | None, exc: BaseException) -> str:
+    """One line naming the data directory, its free space and what SQLite said."""
+    if data_dir is None:
+        return f"cannot write the in-memory data: {exc}"
+    try:
+        free = f"{shutil.disk_usage(data_dir).free // 1024} KB free"
+    except OSError:
+        free = "free space unknown"
+    return (f"cannot write the local data in {data_dir}: its disk is full or failing "
+            f"({free}; SQLite: {exc})")
+
+
+class StorageUnwritable(Exception):
+    """The data directory could not be opened for writing: its disk is full or failing."""
+
+    def __init__(self, data_dir: str | None, cause: BaseException) -> None:
+        super().__init__(describe_disk_failure(data_dir, cause))
+        self.data_dir = data_dir
 
 
 class StoredRow(NamedTuple):
@@ -91,14 +132,23 @@ class Storage:
         else:
             os.makedirs(data_dir, exist_ok=True)
             path = os.path.join(data_dir, DB_FILE)
+        self.data_dir = data_dir
         self.lock = threading.RLock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        if data_dir is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode survives process crashes; only power loss can drop the last commits.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA cache_size=-65536")
-        self._db.executescript(_SCHEMA)
+        try:
+            if data_dir is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # NORMAL in WAL mode survives process crashes; only power loss can drop the last commits.
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA cache_size=-65536")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            self._db.close()
+            if is_disk_failure(exc):  # opening writes (the WAL, the schema): say which disk
+                raise StorageUnwritable(data_dir, exc) from exc
+            raise
+        self._reserve: str | None = None if data_dir is None else os.path.join(data_dir, RESERVE_FILE)
+        self._make_reserve()
         self._tables: dict[tuple[str, str], TableInfo] = {}
         for instance, meta in self._db.execute("SELECT instance, meta FROM tables"):
             info = TableInfo.from_json(meta)
@@ -107,6 +157,29 @@ class Storage:
         # Row inserts of the current transaction not yet sent to SQLite: a batch of puts goes in
         # one executemany. Every other statement flushes them first, so reads see them.
         self._pending: list[tuple[object, ...]] = []
+
+    def _make_reserve(self) -> None:
+        """Set `RESERVE_BYTES` aside, unless it is already or the disk has no room for it."""
+        if self._reserve is None or os.path.exists(self._reserve):
+            return
+        partial = self._reserve + ".tmp"
+        try:
+            with open(partial, "wb") as f:  # written, not sparse: the blocks are really taken
+                f.write(bytes(RESERVE_BYTES))
+            os.replace(partial, self._reserve)
+        except OSError:  # no room: run without it (a full disk is then reported all the same)
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+
+    def release_reserve(self) -> bool:
+        """Give the reserved space back (the disk just refused a write); False if there was none."""
+        if self._reserve is None:
+            return False
+        try:
+            os.remove(self._reserve)
+        except OSError:
+            return False
+        return True
 
     def _flush(self) -> None:
         if self._pending:
@@ -130,13 +203,16 @@ class Storage:
             try:
                 yield
                 self._flush()
+                self._db.execute("COMMIT")  # may fail too (a full disk): undone like the rest
             except BaseException:
                 self._pending.clear()
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (SQLITE_FULL, I/O errors): the first error
+                # is the one to report.
+                with contextlib.suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
                 self._tables = cached
                 raise
-            else:
-                self._db.execute("COMMIT")
             finally:
                 self._in_txn = False
 
@@ -150,8 +226,9 @@ class Storage:
             self._flush()
         except BaseException:
             self._pending.clear()
-            self._db.execute("ROLLBACK TO row")
-            self._db.execute("RELEASE row")
+            with contextlib.suppress(sqlite3.Error):  # see transaction(): the first error counts
+                self._db.execute("ROLLBACK TO row")
+                self._db.execute("RELEASE row")
             raise
         else:
             self._db.execute("RELEASE row")

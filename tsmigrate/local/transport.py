@@ -11,8 +11,17 @@ back. So an idle or slow connection costs a socket and a small buffer, never a t
   make the server buffer a large body;
 - a connection idle for `idle_timeout_s` is closed, and so is one whose request has not fully
   arrived within `request_timeout_s` (answered 408);
-- at most `max_connections` are open: a new one evicts the longest-idle connection, and while
-  every connection is in the middle of a request no more are accepted;
+- a connection is *trusted* once the handler marked one of its requests authenticated
+  (`Request.authenticated`). Until then it has `header_timeout_s` (seconds) from its opening or
+  from its previous request until a request's head has arrived, so a client that sends nothing,
+  or a byte at a time (slowloris), holds its slot only that long;
+- at most `max_connections` are open: a new one evicts the oldest untrusted connection (idle or
+  mid-request), else the longest-idle trusted one; only while every connection is a trusted one
+  in the middle of a request are no more accepted. So an attacker without the secret can churn
+  the table but never fill it against a client that has the secret;
+- one peer address holds at most `max_untrusted_per_peer` untrusted connections: a new one
+  closes that peer's oldest. Peers behind one address (every test client is 127.0.0.1) are not
+  shut out by it: it is the oldest that goes, and trusted connections do not count;
 - a refused request's connection is closed after its answer, discarding (not buffering) whatever
   the client still sends for a short while, so it reads the answer rather than a reset.
 
@@ -42,6 +51,7 @@ MAX_HEADER_BYTES = 64 * 1024
 PRECHECK_BYTES = 64 * 1024
 _RECV = 256 * 1024
 _SWEEP_S = 0.25
+_ACCEPT_BATCH = 64  # connections accepted per turn of the loop
 _LISTEN = object()  # selector data of the listening socket
 
 _REASONS = {
@@ -68,6 +78,9 @@ class Request:
     headers: dict[str, str]  # lower-case names
     body: bytes
     body_too_large: bool = False  # the body was not read: it announced more than the limit
+    # Set by the handler (or the precheck) once the request proved its sender has the secret:
+    # the connection is then trusted (see the module docstring).
+    authenticated: bool = False
 
 
 @dataclass
@@ -77,6 +90,10 @@ class Limits:
     max_connections: int = 512
     idle_timeout_s: float = 120.0  # a keep-alive connection between requests
     request_timeout_s: float = 60.0  # from a request's first byte until all of it has arrived
+    # From a request's first byte until its head (request line, headers) has arrived; for an
+    # untrusted connection from its opening or its previous request.
+    header_timeout_s: float = 10.0
+    max_untrusted_per_peer: int = 256
     write_timeout_s: float = 60.0  # sending one response
     linger_s: float = 2.0  # discarding input after a refusal, before closing
     workers: int = 32  # threads running handlers (read when the server is created)
@@ -92,10 +109,12 @@ Precheck = Callable[[Request], "Response | None"]
 class _Conn:
     """A connection while the event loop owns it, and the request it is receiving."""
 
-    __slots__ = ("active", "buf", "head", "length", "lingering", "sock", "started")
+    __slots__ = ("active", "buf", "head", "length", "lingering", "peer", "sock", "started", "trusted")
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
         self.sock = sock
+        self.peer = peer
+        self.trusted = False  # a request of it was authenticated (set by a worker)
         self.buf = bytearray()
         self.head: tuple[str, str, str, dict[str, str]] | None = None
         self.length = 0
@@ -128,6 +147,10 @@ class HTTPServer:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._conns: dict[socket.socket, _Conn] = {}  # owned by the loop (not in a worker)
+        # Untrusted connections, busy ones included, oldest first (loop thread only): overall,
+        # and by peer address.
+        self._untrusted: dict[_Conn, None] = {}
+        self._untrusted_by_peer: dict[str, dict[_Conn, None]] = {}
         self._busy = 0  # connections a worker holds
         self._returned: list[_Conn] = []  # given back by workers, for the loop to pick up
         self._lock = threading.Lock()
@@ -195,37 +218,80 @@ class HTTPServer:
         self._accepting = on
 
     def _accept(self) -> None:
-        while True:
+        # A bounded batch, so that connections accepted earlier get read in between: a client's
+        # request is not left unread while a flood of newer connections pushes it to the front.
+        for _ in range(_ACCEPT_BATCH):
             with self._lock:
                 total = len(self._conns) + self._busy
-            if total >= self.limits.max_connections and not self._evict_idle():
-                self._listen(False)  # every connection is mid-request: let new ones wait
-                return
+            victim = None
+            if total >= self.limits.max_connections:
+                victim = self._victim()
+                if victim is None:
+                    self._listen(False)  # every connection is a trusted one mid-request: new ones wait
+                    return
             try:
-                sock, _ = self._sock.accept()
+                sock, address = self._sock.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return  # nobody waiting: the victim stays
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE):
-                    # Out of descriptors: shed an idle connection, or wait for the sweep.
-                    if not self._evict_idle():
+                    # Out of descriptors: shed a connection, or wait for the sweep.
+                    victim = victim or self._victim()
+                    if victim is None:
                         self._listen(False)
+                    else:
+                        self._drop(victim)
                     return
                 raise
+            if victim is not None:
+                self._drop(victim)
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, time.monotonic())
+            peer = str(address[0]) if isinstance(address, tuple) else ""
+            if len(self._untrusted_by_peer.get(peer, ())) >= self.limits.max_untrusted_per_peer:
+                self._per_peer_room(peer)
+            conn = _Conn(sock, peer, time.monotonic())
             with self._lock:
                 self._conns[sock] = conn
+            self._untrusted[conn] = None
+            self._untrusted_by_peer.setdefault(peer, {})[conn] = None
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
-    def _evict_idle(self) -> bool:
-        """Close the longest-idle connection between requests; False when there is none."""
-        idle = [c for c in self._conns.values() if c.started is None and c.lingering is None]
-        if not idle:
-            return False
-        self._drop(min(idle, key=lambda c: c.active))
-        return True
+    def _victim(self) -> _Conn | None:
+        """The connection to close to make room: the oldest untrusted one, else a trusted one that
+        is closing or idle between requests (the longest idle); None when there is none."""
+        victim = self._oldest(self._untrusted)
+        if victim is not None:
+            return victim
+        closing = [c for c in self._conns.values() if c.lingering is not None]
+        idle = closing or [c for c in self._conns.values() if c.started is None]
+        return min(idle, key=lambda c: c.active) if idle else None
+
+    def _oldest(self, untrusted: dict[_Conn, None]) -> _Conn | None:
+        """The oldest of `untrusted` that the loop holds (not one a worker is serving)."""
+        return next((c for c in untrusted if not c.trusted and self._conns.get(c.sock) is c), None)
+
+    def _per_peer_room(self, peer: str) -> None:
+        """Make room for one more untrusted connection of `peer`: close its oldest."""
+        same_peer = self._untrusted_by_peer[peer]
+        # A worker marks a connection trusted before it answers, and the client may connect again
+        # before the loop takes the connection back: it no longer counts.
+        for conn in [c for c in same_peer if c.trusted]:
+            self._forget_untrusted(conn)
+        if len(self._untrusted_by_peer.get(peer, ())) >= self.limits.max_untrusted_per_peer:
+            oldest = self._oldest(same_peer)
+            if oldest is not None:
+                self._drop(oldest)
+
+    def _forget_untrusted(self, conn: _Conn) -> None:
+        if conn not in self._untrusted:
+            return
+        del self._untrusted[conn]
+        same_peer = self._untrusted_by_peer.get(conn.peer)
+        if same_peer is not None:
+            same_peer.pop(conn, None)
+            if not same_peer:
+                del self._untrusted_by_peer[conn.peer]
 
     def _readable(self, conn: _Conn) -> None:
         try:
@@ -294,6 +360,8 @@ class HTTPServer:
                     conn.sock.close()
                     continue
                 self._conns[conn.sock] = conn
+            if conn.trusted:
+                self._forget_untrusted(conn)
             self._sel.register(conn.sock, selectors.EVENT_READ, conn)
             if conn.lingering is None and conn.buf:
                 self._advance(conn)  # pipelined bytes, or a body that may already be complete
@@ -307,9 +375,12 @@ class HTTPServer:
                 if now >= conn.lingering:
                     self._drop(conn)
             elif conn.started is not None:
-                if now - conn.started > limits.request_timeout_s:
+                late_head = conn.head is None and now - conn.started > limits.header_timeout_s
+                if late_head or now - conn.started > limits.request_timeout_s:
                     self._refuse(conn, _plain(408, "request timeout"))
-            elif now - conn.active > limits.idle_timeout_s:
+            elif now - conn.active > (
+                limits.idle_timeout_s if conn.trusted else min(limits.idle_timeout_s, limits.header_timeout_s)
+            ):
                 self._drop(conn)
         if not self._accepting:
             with self._lock:
@@ -334,6 +405,7 @@ class HTTPServer:
             self._sel.unregister(conn.sock)
         with self._lock:
             self._conns.pop(conn.sock, None)
+        self._forget_untrusted(conn)
         conn.sock.close()
 
     def _wake(self) -> None:
@@ -364,6 +436,7 @@ class HTTPServer:
             refusal = self.precheck(request) if self.precheck is not None else None
             if refusal is None and too_large:
                 refusal = self.handler(request)
+            conn.trusted = conn.trusted or request.authenticated
             if refusal is None:
                 return True  # the loop reads the body now
             self._send(conn, refusal, close=True)
@@ -372,7 +445,10 @@ class HTTPServer:
         del conn.buf[: conn.length]
         conn.head, conn.started, conn.active = None, None, time.monotonic()
         keep_alive = _keep_alive(version, headers)
-        self._send(conn, self.handler(Request(method, path, headers, body)), close=not keep_alive)
+        request = Request(method, path, headers, body)
+        response = self.handler(request)
+        conn.trusted = conn.trusted or request.authenticated
+        self._send(conn, response, close=not keep_alive)
         if conn.buf:
             conn.started = conn.active  # the next request has begun arriving
         return keep_alive
