@@ -27,6 +27,7 @@ from tsmigrate.commands.revisions import (
 )
 from tsmigrate.commands.rewrite import rewrite
 from tsmigrate.commands.schema import lint, show, validate
+from tsmigrate.commands.state import state_group
 from tsmigrate.commands.status import status_command
 from tsmigrate.commands.unlock import unlock_command
 from tsmigrate.commands.versioned import current, downgrade, stamp, upgrade
@@ -42,9 +43,9 @@ def main() -> None:
 
 
 for command in (init_command, validate, show, lint, plan, apply_command, status_command,
-                history_command, inspect_command, unlock_command, restore, rewrite, revision_command,
-                merge_command, heads_command, hash_command, check_command, upgrade, downgrade, current,
-                stamp, local):
+                history_command, inspect_command, unlock_command, state_group, restore, rewrite,
+                revision_command, merge_command, heads_command, hash_command, check_command, upgrade,
+                downgrade, current, stamp, local):
     main.add_command(command)
 
 

@@ -327,7 +327,8 @@ class State:
             if problems:
                 raise StateRowError(
                     f"history row (kind='history', id={row_id!r}) of {STATE_TABLE} is malformed: "
-                    f"{'; '.join(problems)}. It is a record only: delete that row to go on"
+                    f"{'; '.join(problems)}. It is a record only: remove it with "
+                    f"`tsmigrate state remove history {row_id} --force`"
                 )
             entries.append({"id": row_id, **columns})
         return entries
@@ -337,9 +338,11 @@ class State:
         would hold the lock, which the caller holds now) as ``interrupted``; returns them."""
         # Read leniently: a malformed history row must not block applies (history() reports it).
         rows = adapter.scan_prefix(self.client, STATE_TABLE, ("kind", "history"), "id")
+        # A malformed row is left as it is (its readers name it): apply prints what it marks.
         left = [
             {"id": row_id, **columns} for row_id, columns in rows
             if columns.get("status") == "started" and columns.get("owner") != self.owner.text
+            and not _row_problems(columns, _HISTORY_COLUMNS)
         ]
         for entry in left:
             columns = {k: v for k, v in entry.items() if k != "id"}

@@ -618,6 +618,7 @@ def _instance_rules(catalog: Catalog) -> list[Problem]:
                     model=table.source,
                 )
             )
+    problems.extend(_replaces_rules(catalog))
     count, beyond = 0, []
     for table in catalog.tables:
         count += 1 + len(table.secondary_indexes)
@@ -636,4 +637,44 @@ def _instance_rules(catalog: Catalog) -> list[Problem]:
                 model=beyond[0].source,
             )
         )
+    return problems
+
+
+def _replaces_rules(catalog: Catalog) -> list[Problem]:
+    """``replaces=`` names a table the models no longer declare: a rewrite copies it into the new
+    table and ``rewrite finish --allow-destructive`` drops it, so a table still declared (by
+    another model, or replacing this one back: a cycle) would be dropped under its model, or
+    rewritten back and forth by every apply."""
+    problems: list[Problem] = []
+    declared = {table.name: table for table in catalog.tables}
+    in_cycle: set[str] = set()
+    for table in catalog.tables:
+        if table.replaces == table.name:
+            continue  # replaces.self
+        path, name = [table.name], table.replaces
+        while name in declared and name not in path and declared[name].replaces is not None:
+            path.append(name)
+            name = declared[name].replaces
+        if name == table.name and table.name not in in_cycle:
+            in_cycle.update(path)
+            problems.append(Problem(
+                table=table.name, field="replaces", rule="replaces.cycle",
+                message=f"the tables replace each other in a cycle: {path[0]} replaces "
+                f"{', which replaces '.join([*path[1:], table.name])}; every apply would rewrite one "
+                "into the other",
+                fix="keep replaces= on the new table only, and remove the old table's model",
+                model=table.source,
+            ))
+    for table in catalog.tables:
+        other = declared.get(table.replaces or "")
+        if other is None or table.name in in_cycle or other is table:
+            continue
+        problems.append(Problem(
+            table=table.name, field="replaces", rule="replaces.declared",
+            message=f"replaces {other.name!r}, which "
+            + (f"model {other.source}" if other.source else "another model")
+            + " still declares: finishing the rewrite would drop a declared table",
+            fix=f"remove the model of {other.name!r} (services move to this one), or drop replaces=",
+            model=table.source,
+        ))
     return problems

@@ -873,6 +873,27 @@ CASES = [
         Catalog(tables=[table("t"), table("u")]),
     ),
     Case(
+        "replaces-a-declared-table",
+        "replaces.declared",
+        "replaces",
+        Catalog(tables=[table("t"), table("t_v2", replaces="t")]),
+        Catalog(tables=[table("t_v2", replaces="t")]),
+    ),
+    Case(
+        "replaces-in-a-cycle",
+        "replaces.cycle",
+        "replaces",
+        Catalog(tables=[table("a", replaces="b"), table("b", replaces="a")]),
+        Catalog(tables=[table("b", replaces="a")]),
+    ),
+    Case(
+        "replaces-a-chain",
+        "replaces.declared",
+        "replaces",
+        Catalog(tables=[table("a", replaces="b"), table("b", replaces="c"), table("c")]),
+        Catalog(tables=[table("a", replaces="b"), table("c")]),
+    ),
+    Case(
         "index-named-like-other-table",
         "name.instance-unique",
         "index t",

@@ -28,7 +28,8 @@ def _readme_example() -> str:
 def test_the_readme_rewrite_example_validates_and_plans_a_rewrite(tmp_path):
     example = _readme_example()
     assert "class ReadingV2" in example
-    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["old", "new"]\n')
+    # The new model alone: replaces= names a table no model declares any more.
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["new"]\n')
     (tmp_path / "old.py").write_text(OLD)
     (tmp_path / "new.py").write_text(example)
 

@@ -9,7 +9,14 @@ from typing import Any
 import click
 from rich.console import Console
 
-from tsmigrate.commands.common import connected, err_console, project_option, reports_errors, with_target
+from tsmigrate.commands.common import (
+    connected,
+    err_console,
+    models_option,
+    project_option,
+    reports_errors,
+    with_target,
+)
 from tsmigrate.commands.group import Group
 
 console = Console(highlight=False, soft_wrap=True)
@@ -208,18 +215,21 @@ def _print_fence(done: Any, what: str, next_text: str) -> None:
               help="Finish from ready, without a switch (services not on the model API).")
 @click.option("--accept-target-writes", is_flag=True,
               help="With --force: keep rows services wrote to the new table directly.")
+@models_option
 @reports_errors
-def finish(table, project, target_name, endpoint, instance, allow_destructive, force, accept_target_writes):
+def finish(table, project, target_name, endpoint, instance, allow_destructive, force, accept_target_writes,
+           models):
     """After switch: stop capture, put the tables' settings back (and drop the old table with
-    --allow-destructive)."""
+    --allow-destructive, unless the models declare it)."""
     from tsmigrate.rewrite import driver, machine
 
+    declared = _declared_tables(project, models) if allow_destructive else frozenset()
     with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
         with machine.Runner(client, rewrite.target, handover=True) as runner:
             done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
                                  allow_destructive, force=force,
-                                 accept_target_writes=accept_target_writes)
+                                 accept_target_writes=accept_target_writes, declared=declared)
     verification = done.get("verification") or {}
     changed = verification.get("changed_meanwhile", 0)
     console.print(f"{done.target}: done"
@@ -229,6 +239,33 @@ def finish(table, project, target_name, endpoint, instance, allow_destructive, f
                   + (f"; {done.source} dropped." if allow_destructive else
                      f"; {done.source} kept (drop it with finish --allow-destructive or "
                      "apply --prune)."))
+
+
+def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
+    """The tables the project's models declare, which finish --allow-destructive never drops.
+    Models that cannot be loaded refuse the drop: whether the old table is still declared is
+    then unknown, and a dropped table cannot be brought back."""
+    from tsmigrate.commands.common import load_catalog
+    from tsmigrate.errors import SchemaError, TsmigrateError
+    from tsmigrate.rewrite import machine
+
+    try:
+        # The replaces= rules are what this check is about: it names the table itself.
+        _project, catalog = load_catalog(project, models,
+                                         tolerate=frozenset({"replaces.declared", "replaces.cycle"}))
+    except SchemaError as exc:
+        raise machine.RewriteError(
+            f"--allow-destructive needs the models, to be sure none declares the table it drops, "
+            f"and they have {len(exc.problems)} schema problem(s) (tsmigrate validate lists them); "
+            "fix them, or finish without --allow-destructive (the old table is kept)"
+        ) from None
+    except TsmigrateError as exc:
+        raise machine.RewriteError(
+            f"--allow-destructive needs the models, to be sure none declares the table it drops, "
+            f"and they cannot be loaded ({exc}); run it in the project or name them with --models, "
+            "or finish without --allow-destructive (the old table is kept)"
+        ) from None
+    return frozenset(t.name for t in catalog.tables)
 
 
 @rewrite.command()

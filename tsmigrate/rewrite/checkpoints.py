@@ -19,7 +19,7 @@ import attrs
 from tablestore import OTSClient
 
 from tsmigrate import adapter
-from tsmigrate.state import STATE_TABLE
+from tsmigrate.state import STATE_TABLE, StateRowError
 
 KIND = "rewrite-split"
 STOP_KIND = "rewrite-stop"  # ("rewrite-stop", job id): split tasks stop at their next page
@@ -52,7 +52,39 @@ def _key(job_id: str, index: int) -> list[tuple[str, Any]]:
     return [("kind", KIND), ("id", split_id(job_id, index))]
 
 
-def _from_columns(index: int, columns: dict[str, Any]) -> SplitCheckpoint:
+_COUNTS = ("rows", "bytes", "updated_ms", "changed")
+
+
+def _problems(columns: dict[str, Any]) -> list[str]:
+    problems = []
+    if columns.get("status", PENDING) not in (RUNNING, DONE, PENDING):
+        problems.append(f"column 'status' is {columns['status']!r}, not {RUNNING} or {DONE}")
+    for name in _COUNTS:
+        value = columns.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"column {name!r} is {value!r}, not a count")
+    digest = columns.get("digest", "0")
+    try:
+        int(digest, 16)
+    except (TypeError, ValueError):
+        problems.append(f"column 'digest' is {digest!r}, not a hexadecimal number")
+    start = columns.get("next_start")
+    if start is not None and not isinstance(start, (bytes, bytearray)):
+        problems.append(f"column 'next_start' is {start!r}, not a binary key")
+    if not isinstance(columns.get("worker", ""), str):
+        problems.append(f"column 'worker' is {columns['worker']!r}, not a string")
+    return problems
+
+
+def _from_columns(job_id: str, index: int, columns: dict[str, Any]) -> SplitCheckpoint:
+    problems = _problems(columns)
+    if problems:
+        row_id = split_id(job_id, index)
+        raise StateRowError(
+            f"the split checkpoint (kind={KIND!r}, id={row_id!r}) of {STATE_TABLE} is malformed: "
+            f"{'; '.join(problems)}. Remove it with `tsmigrate state remove {KIND} {row_id} --force` "
+            "(no rewrite may be running): the split is then copied again from its start"
+        )
     start = columns.get("next_start")
     return SplitCheckpoint(
         index=index,
@@ -69,7 +101,7 @@ def _from_columns(index: int, columns: dict[str, Any]) -> SplitCheckpoint:
 
 def load(client: OTSClient, job_id: str, index: int) -> SplitCheckpoint:
     columns = adapter.get_row(client, STATE_TABLE, _key(job_id, index))
-    return _from_columns(index, columns) if columns else SplitCheckpoint(index)
+    return _from_columns(job_id, index, columns) if columns else SplitCheckpoint(index)
 
 
 def save(client: OTSClient, job_id: str, checkpoint: SplitCheckpoint) -> None:
@@ -96,8 +128,15 @@ def list_splits(client: OTSClient, job_id: str) -> list[SplitCheckpoint]:
     while start:
         _, start, rows, _ = client.get_range(STATE_TABLE, "FORWARD", start, end, max_version=1)
         for row in rows:
-            index = int(row.primary_key[1][1].rpartition("/")[2])
-            out.append(_from_columns(index, {n: v for n, v, *_ in row.attribute_columns}))
+            row_id = row.primary_key[1][1]
+            suffix = row_id.rpartition("/")[2]
+            if not suffix.isdigit():
+                raise StateRowError(
+                    f"the split checkpoint (kind={KIND!r}, id={row_id!r}) of {STATE_TABLE} has no "
+                    f"split number after its job id; remove it with "
+                    f"`tsmigrate state remove {KIND} {row_id} --force`")
+            out.append(_from_columns(job_id, int(suffix),
+                                     {n: v for n, v, *_ in row.attribute_columns}))
     return out
 
 

@@ -40,7 +40,8 @@ import tablestore as ts
 
 from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.state import STATE_TABLE
+from tsmigrate.rewrite.job import RewriteJob
+from tsmigrate.state import STATE_TABLE, StateRowError
 
 KIND = "rewrite"
 LEASE_S = 120
@@ -154,14 +155,88 @@ def _key(target: str) -> list[tuple[str, Any]]:
     return [("kind", KIND), ("id", target)]
 
 
-def _from_row(target: str, columns: Mapping[str, Any]) -> Rewrite:
-    return Rewrite(
-        target=target,
-        source=str(columns["source"]),
-        phase=str(columns["phase"]),
-        version=int(columns["version"]),
-        doc=json.loads(columns.get("doc", "{}")),
+# The doc's fields and the JSON types tsmigrate writes them as (None, or absent, is always allowed):
+# a hand-edited value of another type would fail far from here, as a KeyError or TypeError.
+_NUMBER = (int, float)
+_DOC_TYPES: dict[str, tuple[type, ...]] = {
+    "job": (str,), "key_change": (str,), "error": (str,), "wants_runner": (str,),
+    "resume_to": (str,), "finish_from": (str,),
+    "runner": (dict,), "estimate": (dict,), "backfill": (dict,), "verification": (dict,),
+    "capture": (dict,), "capture_stats": (dict,), "fence": (dict,), "stream_was": (dict,),
+    "target_stream_was": (dict,), "reverse_capture": (dict,),
+    "touched_splits": (list,),
+    "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
+    "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
+    "declared_deviation": _NUMBER, "backfill_started_ms": _NUMBER,
+}
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "a number"}
+
+
+def row_problems(columns: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """What is wrong with a rewrite row's columns (none: as tsmigrate writes it), and its doc."""
+    problems: list[str] = []
+    source = columns.get("source")
+    if not isinstance(source, str) or not source:
+        problems.append("column 'source' is missing" if source is None
+                        else f"column 'source' is {source!r}, not a table name")
+    phase = columns.get("phase")
+    if phase not in PHASES:
+        problems.append("column 'phase' is missing" if phase is None
+                        else f"column 'phase' is {phase!r}, not one of {', '.join(PHASES)}")
+    version = columns.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        problems.append("column 'version' is missing" if version is None
+                        else f"column 'version' is {version!r}, not an integer")
+    doc: Any = {}
+    text = columns.get("doc", "{}")
+    try:
+        doc = json.loads(text) if isinstance(text, str) else None
+    except ValueError as exc:
+        problems.append(f"column 'doc' is not JSON ({exc})")
+        return problems, {}
+    if not isinstance(doc, dict):
+        problems.append(f"column 'doc' is {text!r}, not a JSON object")
+        return problems, {}
+    for name, kinds in _DOC_TYPES.items():
+        value = doc.get(name)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            problems.append(f"doc field {name!r} is {value!r}, not {_TYPE_NAMES[kinds[0]]}")
+    for name, allowed_phases in (("resume_to", RUNNING_PHASES), ("finish_from", PHASES)):
+        if isinstance(doc.get(name), str) and doc[name] not in allowed_phases:
+            problems.append(f"doc field {name!r} is {doc[name]!r}, not a phase")
+    runner = doc.get("runner")
+    if isinstance(runner, dict) and not (isinstance(runner.get("owner"), str)
+                                         and isinstance(runner.get("expires_ms"), _NUMBER)):
+        problems.append(f"doc field 'runner' is {runner!r}, not an owner and an expires_ms")
+    if "job" not in doc:
+        problems.append("doc field 'job' is missing")
+    return problems, doc
+
+
+def _malformed(target: str, problems: list[str]) -> StateRowError:
+    return StateRowError(
+        f"the rewrite row (kind='rewrite', id={target!r}) of {STATE_TABLE} is malformed: "
+        f"{'; '.join(problems)}. It records the rewrite into {target}: put back what was edited, "
+        f"or, if that rewrite is to be forgotten (its tables stay as they are), remove the row "
+        f"with `tsmigrate state remove rewrite {target} --force`"
     )
+
+
+def _from_row(target: str, columns: Mapping[str, Any]) -> Rewrite:
+    problems, doc = row_problems(columns)
+    if problems:
+        raise _malformed(target, problems)
+    return Rewrite(target=target, source=columns["source"], phase=columns["phase"],
+                   version=columns["version"], doc=doc)
+
+
+def job_of(rewrite: Rewrite) -> RewriteJob:
+    """The rewrite's job; a job the row's doc does not describe is a ``StateRowError``."""
+    try:
+        return RewriteJob.from_json(rewrite.doc["job"])
+    except Exception as exc:  # any shape of damage: bad JSON, a missing key, a bad table
+        raise _malformed(rewrite.target, [f"doc field 'job' is not a rewrite job "
+                                          f"({type(exc).__name__}: {exc})"]) from None
 
 
 @contextlib.contextmanager

@@ -45,9 +45,8 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
     """The status of one rewrite: phase, rows copied / estimated, rows/s, ETA, capture lag,
     collisions, verification, and what to do next."""
     from tsmigrate.rewrite import checkpoints
-    from tsmigrate.rewrite.job import RewriteJob
 
-    job = RewriteJob.from_json(rewrite.doc["job"])
+    job = machine.job_of(rewrite)
     done = checkpoints.list_splits(client, job.id) if rewrite.phase != machine.ABORTED else []
     rows = sum(c.rows for c in done)
     copied_bytes = sum(c.bytes for c in done)

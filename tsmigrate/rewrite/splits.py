@@ -25,7 +25,7 @@ from tsmigrate import adapter
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, decode_primary_key, encode_primary_key
 from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import Table
-from tsmigrate.state import STATE_TABLE
+from tsmigrate.state import STATE_TABLE, StateRowError
 
 DEFAULT_UNIT = 100 * 1024 * 1024
 MIN_UNIT = 64 * 1024
@@ -156,7 +156,18 @@ def load(client: OTSClient, job_id: str) -> list[Split] | None:
     row = adapter.get_row(client, STATE_TABLE, _row_key(job_id))
     if row is None:
         return None
-    return [Split.from_dict(data) for data in json.loads(row["splits"])]
+    try:
+        kept = [Split.from_dict(data) for data in json.loads(row["splits"])]
+        if not kept or [s.index for s in kept] != list(range(len(kept))):
+            raise ValueError("the ranges are not numbered 0, 1, 2, ...")
+        return kept
+    except Exception as exc:  # any shape of damage: no column, bad JSON, a bad key
+        raise StateRowError(
+            f"the key ranges (kind={KIND!r}, id={job_id!r}) of {STATE_TABLE} are malformed "
+            f"({type(exc).__name__}: {exc}). They must stay as the rewrite first computed them "
+            f"(its split checkpoints refer to them): put back what was edited, or abort the "
+            f"rewrite (tsmigrate rewrite abort TARGET) and apply again"
+        ) from None
 
 
 def plan(client: OTSClient, job_id: str, table: Table, workers: int = 1) -> list[Split]:

@@ -27,7 +27,6 @@ This module decides the route; ``routed.py`` sends the calls of ``Rows`` along i
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import threading
@@ -161,11 +160,19 @@ class Router:
     # -- deciding from the state -----------------------------------------------------------------
 
     def decide(self, rows: list[tuple[str, dict[str, Any]]]) -> Route:
+        from tsmigrate.rewrite.machine import row_problems
+
         mine = []
         for target, columns in rows:
             if self.table not in (target, columns.get("source")) or columns.get("phase") == "aborted":
                 continue
-            doc = json.loads(columns.get("doc") or "{}")
+            problems, doc = row_problems(columns)
+            if problems:  # a side read from a damaged row would be a guess: writes stop
+                raise RoutingUnavailable(
+                    f"{self.table}: the rewrite row (kind='rewrite', id={target!r}) of {STATE_TABLE} "
+                    f"is malformed: {'; '.join(problems)}; writes stop rather than guess a side "
+                    "(`tsmigrate rewrite status` says how to repair it)"
+                )
             mine.append((int(doc.get("created_ms", 0)), target, columns, doc))
         if not mine:
             return _NO_REWRITE
@@ -175,7 +182,14 @@ class Router:
         side = _side(phase, doc)
         translator = None
         if "job" in doc and side != (SOURCE if own_is_source else TARGET):
-            translator = self._translator(doc, own_is_source)
+            try:
+                translator = self._translator(doc, own_is_source)
+            except Exception as exc:  # the job in the row does not describe the tables
+                raise RoutingUnavailable(
+                    f"{self.table}: the rewrite row (kind='rewrite', id={target!r}) of {STATE_TABLE} "
+                    f"is malformed: doc field 'job' is not a rewrite job ({type(exc).__name__}: {exc}); "
+                    "writes stop rather than guess a side"
+                ) from None
         lease = float(doc.get("routing_lease_s") or LEASE_S)
         return Route(target, phase, int(columns["version"]), side, own_is_source, translator, lease)
 
@@ -240,6 +254,9 @@ class Router:
             try:
                 route = run(client, self._read_op())
                 break
+            except RoutingUnavailable:  # a malformed row does not mend itself: no retries
+                self.expires = 0.0
+                raise
             except Exception as exc:
                 if time.monotonic() >= deadline:
                     raise self._unavailable(exc) from exc
@@ -303,6 +320,9 @@ class Router:
             try:
                 route = await arun(client, self._read_op())
                 break
+            except RoutingUnavailable:
+                self.expires = 0.0
+                raise
             except Exception as exc:
                 if time.monotonic() >= deadline:
                     raise self._unavailable(exc) from exc
