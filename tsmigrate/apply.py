@@ -183,14 +183,35 @@ def apply(
     try:
         # Renewed in the background from here on: index builds and rewrites may take long.
         with state.keep_lease() as lease:
-            return _apply_locked(
+            outcome = _apply_locked(
                 client, models, state, lease, note, document=document, prune=prune, now=now,
                 allow_destructive=allow_destructive, confirm=confirm, progress=progress,
                 settings=settings, waiting=waiting, lint_config=lint_config, show=show,
                 reindex_settings=reindex_settings,
             )
-    finally:
-        state.release()
+    except BaseException:
+        # The run's own error is the one to report: a release that fails too (the same full
+        # disk, the same outage) must not replace it. A lock left so is stale once this process
+        # exits, and the next apply takes it over.
+        with contextlib.suppress(Exception):
+            state.release()
+        raise
+    state.release()
+    return outcome
+
+
+def _record(state: State, step: ops.Step, status: str, plan_id: str, error: str = "") -> bool:
+    """Record how a step ended, so that it is never taken for one a killed apply left; False if
+    that could not be written. Tried twice: a full disk refuses the first write, and the local
+    server then gives back the space it set aside for this; the second try leaves the error
+    text out, a row no larger than the ``started`` one it replaces."""
+    for text in (error, ""):
+        try:
+            state.record(step, status, plan_id=plan_id, error=text)
+            return True
+        except Exception:
+            continue
+    return False
 
 
 def _apply_locked(
@@ -302,12 +323,14 @@ def _apply_locked(
             except KeyboardInterrupt:
                 raise
             except Exception as exc:
-                state.record(step, "failed", plan_id=plan_id, error=str(exc)[:500])
+                # Best effort: the step's own error is the one to report.
+                _record(state, step, "failed", plan_id, str(exc)[:500])
                 if isinstance(exc, LockHeld) or (
                         isinstance(step, ops.RewriteTable) and isinstance(exc, TsmigrateError)):
                     raise  # their own messages say where things stand and what to run next
                 raise ApplyFailed(plan, number, exc) from exc
-            state.record(step, "done", plan_id=plan_id)
+            if not _record(state, step, "done", plan_id):
+                raise ApplyFailed(plan, number, "it was done, but its history row could not be written")
             completed = number
     except KeyboardInterrupt:
         current = min(completed + 1, len(plan.steps))

@@ -198,12 +198,45 @@ def read_plan_file(path: Path, target_identity: str, models: Catalog) -> dict[st
         raise PlanFileError(f"cannot read {source}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise PlanFileError(f"{source} is not text (UTF-8); write it with tsmigrate plan --out") from None
+    if (depth := _nesting(text)) > MAX_NESTING:
+        raise PlanFileError(
+            f"{source} nests arrays/objects {depth} deep (a plan nests at most {MAX_NESTING}); "
+            "write it with tsmigrate plan --out"
+        )
     try:
         document = json.loads(text)
     except ValueError as exc:
         raise PlanFileError(f"{source} is not JSON ({exc}); write it with tsmigrate plan --out") from None
+    except RecursionError:  # belt and braces: the depth check above should have caught it
+        raise PlanFileError(
+            f"{source} nests too deep to be a plan; write it with tsmigrate plan --out"
+        ) from None
     check_plan_document(document, target_identity, models, source)
     return document
+
+
+# A plan nests a handful of levels (document, steps, step, args, columns, ...); anything far deeper
+# is not a plan, and json.loads of ~1000+ levels raises RecursionError instead of an answer.
+MAX_NESTING = 64
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings do
+    not count), without parsing it: linear, no recursion. Only as exact as a depth bound needs
+    (malformed text is json.loads's to report)."""
+    depth = deepest = 0
+    # Strings are matched whole, so brackets in them are skipped (escaped quotes included).
+    for match in _STRUCTURE.finditer(text):
+        token = match.group()  # a whole string, or one bracket
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
 
 
 def resume_point(document: Mapping[str, Any], live_fingerprint: str) -> int:

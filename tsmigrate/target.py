@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from tsmigrate.config import Project
-from tsmigrate.errors import ConfigError
+from tsmigrate.errors import ConfigError, TsmigrateError
 from tsmigrate.pacing import paced
 
 LOCAL_DATA = Path(".tsmigrate") / "local"
@@ -124,6 +124,7 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
     if target.embedded:
         from tsmigrate.local.embedded import WAIT_S, embedded_instance
         from tsmigrate.local.ownership import DataDirInUse
+        from tsmigrate.local.storage import StorageUnwritable
         from tsmigrate.local.testing import LocalTablestore
 
         data_dir = target.data_dir or project.root / LOCAL_DATA
@@ -131,16 +132,63 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
         try:
             with embedded_instance(str(data_dir), target.instance, on_wait=_say_waiting) as found:
                 if isinstance(found, LocalTablestore):
-                    client = found.client(**client_options)
+                    client = found.client(**{"retry_policy": _embedded_retry_policy(found.server),
+                                             **client_options})
                 else:
                     client = _running_server_client(found, target.instance, client_options)
-                yield install(paced(client, target.table_ops_per_s))
+                try:
+                    yield install(paced(client, target.table_ops_per_s))
+                except Exception as exc:
+                    failure = getattr(found, "server", None) and found.server.disk_failure
+                    if failure:
+                        raise _disk_error(exc, failure) from exc
+                    raise
         except DataDirInUse as e:
             raise ConfigError(f"{e} (gave up after waiting {WAIT_S:.0f} s)") from None
+        except StorageUnwritable as e:
+            raise LocalDataUnwritable(str(e)) from None
         return
     key_id, secret, token = credentials()
     client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
     yield install(paced(client, target.table_ops_per_s))
+
+
+class LocalDataUnwritable(TsmigrateError):
+    """The embedded instance's disk refused a write (full or failing): names the directory."""
+
+
+def _disk_error(exc: Exception, failure: str) -> TsmigrateError:
+    """What a command that failed on the embedded instance's full disk reports: one line naming
+    the disk; a failed apply keeps saying which step failed and what was done before it."""
+    from tsmigrate.apply import ApplyFailed
+
+    if isinstance(exc, ApplyFailed):
+        # The server's answer ("Server is busy.") says nothing the disk's message does not.
+        cause = failure if "OTSServerBusy" in exc.cause else f"{exc.cause} ({failure})"
+        return type(exc)(exc.plan, exc.number, cause, interrupted=exc.interrupted)
+    return LocalDataUnwritable(failure)
+
+
+def _embedded_retry_policy(server: Any) -> Any:
+    """tsmigrate's retry policy, except that a request the embedded instance refused for its full
+    disk is not sent again: the disk will not empty itself while the command waits, so the
+    command stops at once and says so (`LocalDataUnwritable`)."""
+    from tsmigrate.retry import TsmigrateRetryPolicy  # imported late, as the SDK is
+
+    class EmbeddedRetryPolicy(TsmigrateRetryPolicy):
+        # Callers that loop themselves (adapter.execute) read max_retries: none after a failure.
+        @property  # type: ignore[override]
+        def max_retries(self) -> int:
+            return 0 if server.disk_failure is not None else self._max_retries
+
+        @max_retries.setter
+        def max_retries(self, value: int) -> None:
+            self._max_retries = value
+
+        def should_retry(self, retry_times: int, exception: BaseException, api_name: str) -> bool:
+            return server.disk_failure is None and super().should_retry(retry_times, exception, api_name)
+
+    return EmbeddedRetryPolicy()
 
 
 def _say_waiting(holder: Any) -> None:

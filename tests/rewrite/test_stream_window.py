@@ -116,15 +116,17 @@ def test_plan_refuses_in_every_format_and_the_named_setting_lets_it_through(
     needed = int(re.search(r'stream="(\d+)h"', message).group(1))
     assert 2 <= needed <= 12
 
-    # What the message says to do: the replaced table's model, still declared, raises its stream
-    # (applied before the rewrite, which plan checks against the stream as that leaves it).
-    models = SOURCE_MODEL.format(stream=f', stream="{needed}h"') + rt.MODELS_V2
-    (project / "app_models.py").write_text(models)
+    # What the message says to do: the replaced table's model raises its stream, applied before
+    # the model that replaces it (a project declares one of the two at a time).
+    assert "applied before the model that replaces it" in message
+    (project / "app_models.py").write_text(SOURCE_MODEL.format(stream=f', stream="{needed}h"'))
+    raised = _run(project, ots_instance, "apply", "--yes")
+    assert raised.returncode == 0, raised.stderr
+    assert _stream(ots_instance) == (True, needed)
+    (project / "app_models.py").write_text(rt.MODELS_V2)
     as_json = _run(project, ots_instance, "plan", "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
-    kinds = [s["kind"] for s in json.loads(as_json.stdout)["steps"]]
-    assert kinds.index("update_stream") < kinds.index("rewrite_table"), kinds
-    assert _stream(ots_instance) == (True, 1)  # plan changed nothing
+    assert "rewrite_table" in [s["kind"] for s in json.loads(as_json.stdout)["steps"]]
 
 
 @pytest.mark.slow  # whole rewrites

@@ -101,8 +101,9 @@ def check_stream(source: str, target: str, projection: Projection, stream: Strea
                      "sets the copy's rate) or leave it out")
     if needed_h <= MAX_STREAM_HOURS:
         fixes.append(f"raise the stream expiration of {source} to {needed_h} h or more: "
-                     f'stream="{needed_h}h" on the model of table {source} (the service keeps '
-                     f"records {MAX_STREAM_HOURS} h at most)")
+                     f'stream="{needed_h}h" on the model of table {source}, applied before the '
+                     f"model that replaces it (the service keeps records {MAX_STREAM_HOURS} h at "
+                     "most)")
     else:
         fixes.append(f"split {source} into smaller tables and rewrite them one at a time (even "
                      f"the service's longest stream expiration, {MAX_STREAM_HOURS} h, is too short)")
