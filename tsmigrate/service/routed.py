@@ -18,6 +18,13 @@ class _Calls:
     def __init__(self, table: str):
         self.table = table
 
+    def moved_row(self, route: Route, method: str, row: md.Row) -> md.Row:
+        """The row of a put_row, update_row or delete_row as the other side takes it."""
+        if method == "delete_row":
+            assert route.translator is not None
+            return md.Row(route.translator.key(row.primary_key, what="delete"))
+        return self.row_for(route, row, method == "update_row")
+
     @staticmethod
     def row_for(route: Route, row: md.Row, update: bool) -> md.Row:
         t = route.translator
@@ -136,9 +143,7 @@ class RoutedClient:
         try:
             if not route.writes_other:
                 return getattr(self._client, method)(table, row, *args, **kwargs)
-            moved = (md.Row(route.translator.key(row.primary_key, what="delete"))
-                     if method == "delete_row" else
-                     self._calls.row_for(route, row, method == "update_row"))
+            moved = self._calls.moved_row(route, method, row)
             return getattr(self._client, method)(route.translator.other_table, moved, *args, **kwargs)
         finally:
             self._router.end_write()
@@ -205,9 +210,7 @@ class AsyncRoutedClient:
         try:
             if not route.writes_other:
                 return await getattr(self._client, method)(table, row, *args, **kwargs)
-            moved = (md.Row(route.translator.key(row.primary_key, what="delete"))
-                     if method == "delete_row" else
-                     self._calls.row_for(route, row, method == "update_row"))
+            moved = self._calls.moved_row(route, method, row)
             return await getattr(self._client, method)(route.translator.other_table, moved,
                                                        *args, **kwargs)
         finally:

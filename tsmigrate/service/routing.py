@@ -289,20 +289,29 @@ class Router:
                 with self.condition:
                     # Not replaced by another thread's refresh meanwhile, nor being left.
                     if self.route is route and not self.draining:
-                        self.inflight += 1
-                        if started is not None:
-                            self.held_s.append(time.monotonic() - started)
-                        return route
+                        return self._admitted(route, started)
                 continue
-            if started is None:
-                started = time.monotonic()
-            elif time.monotonic() - started > HOLD_S:
-                raise WritesHeld(
-                    f"{self.table}: writes held {HOLD_S:.0f}s while the rewrite into "
-                    f"{route.rewrite} is {route.phase}; `tsmigrate rewrite status {route.rewrite}` "
-                    "says what it waits for (a killed switch or revert: run it again)"
-                )
+            started = self._held(route, started)
             time.sleep(POLL_S)
+
+    def _admitted(self, route: Route, held_since: float | None) -> Route:
+        """A write goes on ``route`` (counted in flight); how long it was held is kept."""
+        self.inflight += 1
+        if held_since is not None:
+            self.held_s.append(time.monotonic() - held_since)
+        return route
+
+    def _held(self, route: Route, since: float | None) -> float:
+        """A write waits for the fence of ``route``: since when, or WritesHeld past HOLD_S."""
+        if since is None:
+            return time.monotonic()
+        if time.monotonic() - since > HOLD_S:
+            raise WritesHeld(
+                f"{self.table}: writes held {HOLD_S:.0f}s while the rewrite into "
+                f"{route.rewrite} is {route.phase}; `tsmigrate rewrite status {route.rewrite}` "
+                "says what it waits for (a killed switch or revert: run it again)"
+            )
+        return since
 
     def end_write(self) -> None:
         with self.condition:
@@ -346,18 +355,8 @@ class Router:
         while True:
             route = await self.acurrent(client, holding=started is not None)
             if not route.holding:
-                self.inflight += 1
-                if started is not None:
-                    self.held_s.append(time.monotonic() - started)
-                return route
-            if started is None:
-                started = time.monotonic()
-            elif time.monotonic() - started > HOLD_S:
-                raise WritesHeld(
-                    f"{self.table}: writes held {HOLD_S:.0f}s while the rewrite into "
-                    f"{route.rewrite} is {route.phase}; `tsmigrate rewrite status {route.rewrite}` "
-                    "says what it waits for (a killed switch or revert: run it again)"
-                )
+                return self._admitted(route, started)
+            started = self._held(route, started)
             await asyncio.sleep(POLL_S)
 
 
