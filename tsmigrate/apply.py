@@ -28,6 +28,7 @@ import attrs
 
 from tsmigrate import adapter, ops
 from tsmigrate.errors import ApplyRefused, TsmigrateError
+from tsmigrate.history import Entry
 from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
 from tsmigrate.plan import Plan, make_plan, recorded_catalog, with_known_derivations
 from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
@@ -214,6 +215,27 @@ def _record(state: State, step: ops.Step, status: str, plan_id: str, error: str 
     return False
 
 
+def _continue(client: Any, state: State, rewrite: Any, settings: Any, plan_id: str) -> Any:
+    """Take a rewrite an earlier run started up to ready, as a step of this run (so that its
+    history says this run continued it, and how that ended)."""
+    from tsmigrate.records import Action
+    from tsmigrate.rewrite import planned
+
+    step = Action("rewrite_table", f"continue rewrite of {rewrite.source} into {rewrite.target}",
+                  rewrite.target, ops.DATA_COPY)
+    state.record(step, "started", plan_id=plan_id)
+    try:
+        ready = planned.run(client, rewrite.target, settings)
+    except KeyboardInterrupt:
+        _record(state, step, "interrupted", plan_id, "interrupted (Ctrl-C)")
+        raise
+    except Exception as exc:
+        _record(state, step, "failed", plan_id, str(exc)[:500])
+        raise
+    _record(state, step, "done", plan_id)
+    return ready
+
+
 def _apply_locked(
     client: Any, models: Catalog, state: State, lease: Lease, note: str, *,
     document: Mapping[str, Any] | None, prune: bool, now: datetime | None, allow_destructive: bool,
@@ -231,6 +253,9 @@ def _apply_locked(
     reindexing = reindex_settings or flow.ReindexSettings()
     declared = {t.name: t for t in models.tables}
     interrupted = state.mark_interrupted()
+    # This run takes up the work of killed applies: `history` says so on them (and how this
+    # run ended). A killed rewrite command's work is its command's to run again.
+    state.resumes = {e.run for e in map(Entry.from_row, interrupted) if e.command == "apply"}
     if interrupted:
         listed = "; ".join(f"{h['summary']} ({h['owner']})" for h in interrupted)
         note = "; ".join(filter(None, [note, (
@@ -255,10 +280,14 @@ def _apply_locked(
     blocking = blocking_findings(findings, plan, allow_destructive=allow_destructive)
     if blocking:
         listed = "; ".join(f"{f.code} {f.where()}: {f.message}" for f in blocking)
-        raise LintRefused(
-            f"lint found {len(blocking)} error(s), so nothing was changed: {listed} "
-            "(fix them, or set their severity in [tool.tsmigrate.lint])"
-        )
+        drops = [f for f in blocking if f.step and plan.steps[f.step - 1].risk == ops.DESTRUCTIVE]
+        fix = "fix them, or set their severity in [tool.tsmigrate.lint]"
+        if drops:  # a drop meant (--prune) is accepted with the flag, not by fixing the models
+            fix = (f"{len(drops)} of them on destructive steps: pass --allow-destructive to accept "
+                   f"those (the data is lost); {fix}" if len(drops) < len(blocking) else
+                   "they are on destructive steps: pass --allow-destructive to accept them (the "
+                   "data is lost), or keep the tables (declare them, or plan without --prune)")
+        raise LintRefused(f"lint found {len(blocking)} error(s), so nothing was changed: {listed} ({fix})")
     destructive = plan.by_risk(ops.DESTRUCTIVE)
     if destructive and not allow_destructive:
         listed = "; ".join(s.summary() for s in destructive)
@@ -278,7 +307,7 @@ def _apply_locked(
     if not plan.steps:
         finished = flow.continue_unfinished(client, declared, reindexing, lease.check)
         state.save_catalog(recorded_catalog(models, live), left=physical(live))
-        ready = tuple(planned.run(client, r.target, settings) for r in continued)
+        ready = tuple(_continue(client, state, r, settings, plan_id) for r in continued)
         return Outcome(plan, 0, note, ready, tuple(findings), reindexes=tuple(finished))
     if not confirm(plan):
         raise ApplyRefused("apply cancelled; nothing was changed")
@@ -340,7 +369,7 @@ def _apply_locked(
                              error="interrupted (Ctrl-C)")
         raise ApplyInterrupted(plan, current, "interrupted (Ctrl-C)", interrupted=True) from None
     reindexed += flow.continue_unfinished(client, declared, reindexing, lease.check)
-    ready += [planned.run(client, r.target, settings) for r in continued]
+    ready += [_continue(client, state, r, settings, plan_id) for r in continued]
     lease.check()
     state.save_catalog(recorded_catalog(models, live, dropped), left=_left_by(live, plan))
     return Outcome(plan, len(plan.steps), note, tuple(ready), tuple(findings),

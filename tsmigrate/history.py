@@ -3,14 +3,18 @@ status`): the history rows of ``tsmigrate_state`` (see ``tsmigrate.state``) turn
 grouped by run, newest first, each run with its outcome, when it started and who ran it.
 
 A run's outcome is the status of its last step: apply runs steps in order and stops at the
-first failure or interruption, so ``done`` there means every step was done.
+first failure or interruption, so ``done`` there means every step was done. Runs of the rewrite
+commands (``tsmigrate.records``) are listed the same way, named by their command. A run that
+took up the steps a killed run left (``resumes``) is named on that run.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,6 +25,8 @@ import attrs
 RUN_OUTCOMES = {"done": "applied", "failed": "failed", "interrupted": "interrupted",
                 "started": "unfinished"}
 RUNNING = "running"
+# Outcomes of a run that stopped before its end (another run may have taken its work up).
+STOPPED = ("interrupted", "unfinished", "failed")
 
 _ROW_ID = re.compile(r"^(?P<started>\d{13})-(?P<run>[^-]+)-(?P<step>\d+)$")
 _OWNER = re.compile(r"^(?P<run>[^@]+)@(?P<host>.*):(?P<pid>\d+)$")
@@ -49,6 +55,9 @@ class Entry:
     user: str
     plan: str
     error: str
+    command: str = "apply"  # the command that ran it (rows of apply leave it out)
+    table: str = ""  # the table it acted on (rows written before tsmigrate kept it have none)
+    resumes: tuple[str, ...] = ()  # the runs whose interrupted steps this run took up
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Entry:
@@ -71,6 +80,9 @@ class Entry:
             user=str(row.get("user", "")),
             plan=str(row.get("plan", "")),
             error=str(row.get("error", "")),
+            command=str(row.get("command") or "apply"),
+            table=str(row.get("table", "")),
+            resumes=tuple(r for r in str(row.get("resumes", "")).split(",") if r),
         )
 
     @property
@@ -85,7 +97,7 @@ class Entry:
             "run": self.run, "step": self.number, "kind": self.kind, "summary": self.summary,
             "risk": self.risk, "status": self.status, "at": utc(self.at_ms), "at_ms": self.at_ms,
             "by": self.who, "owner": self.owner, "user": self.user or None, "plan": self.plan,
-            "error": self.error or None,
+            "error": self.error or None, "command": self.command, "table": self.table or None,
         }
 
 
@@ -96,14 +108,33 @@ class Run:
     run: str
     started_ms: int
     steps: tuple[Entry, ...]
-    holds_lock: bool = False  # its process holds the apply lock now
+    # Its process holds the apply lock now and is alive (a rewrite command's run: its process
+    # runs); a run left started without it is unfinished.
+    holds_lock: bool = False
+    resumed_by: Run | None = None  # the later run that took up its interrupted steps
+
+    @property
+    def command(self) -> str:
+        return self.steps[0].command
 
     @property
     def outcome(self) -> str:
         last = self.steps[0].status
         if last == "started" and self.holds_lock:
             return RUNNING
+        if last == "done" and self.command != "apply":
+            return "done"
         return RUN_OUTCOMES.get(last, last)
+
+    @property
+    def outcome_text(self) -> str:
+        """The outcome, and what became of a stopped run's work: "interrupted; resumed by run
+        X, which completed it"."""
+        later = self.resumed_by
+        if later is None:
+            return self.outcome
+        became = "which completed it" if later.outcome in ("applied", "done") else f"now {later.outcome}"
+        return f"{self.outcome}; resumed by run {later.run}, {became}"
 
     @property
     def who(self) -> str:
@@ -117,7 +148,10 @@ class Run:
         return {"run": self.run, "outcome": self.outcome, "started": utc(self.started_ms),
                 "started_ms": self.started_ms, "ended": utc(self.ended_ms), "by": self.who,
                 "owner": self.steps[0].owner, "steps": len(self.steps),
-                "failed_step": next((s.number for s in self.steps if s.status == "failed"), None)}
+                "failed_step": next((s.number for s in self.steps if s.status == "failed"), None),
+                "command": self.command,
+                "resumed_by": self.resumed_by.run if self.resumed_by else None,
+                "resumed_outcome": self.resumed_by.outcome if self.resumed_by else None}
 
 
 def newest_first(rows: Iterable[Mapping[str, Any]]) -> list[Entry]:
@@ -127,14 +161,75 @@ def newest_first(rows: Iterable[Mapping[str, Any]]) -> list[Entry]:
                   reverse=True)
 
 
-def runs(entries: Sequence[Entry], lock_owner: str | None = None) -> list[Run]:
+def live_owner(lock: Any, now_ms: int | None = None) -> str | None:
+    """Who holds the apply lock and may be running (None: free, or its holder is gone: a run
+    killed with the lock is unfinished, not running)."""
+    if lock is None:
+        return None
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return None if lock.stale_reason(now) else lock.owner
+
+
+def _process_alive(owner: str, live: Collection[str]) -> bool:
+    """Whether the process of ``owner`` (run@host:pid) runs: one of ``live`` (host:pid of
+    processes holding a rewrite's lease), or a live process on this host."""
+    match = _OWNER.match(owner)
+    if match is None:
+        return False
+    if f"{match['host']}:{match['pid']}" in live:
+        return True
+    if match["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def rewrite_runners(rewrites: Iterable[Any], now_ms: int | None = None) -> set[str]:
+    """host:pid of the processes whose lease on a rewrite (``machine.Runner``) has not run out."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    out = set()
+    for rewrite in rewrites:
+        runner = rewrite.get("runner") or {}
+        if isinstance(runner.get("owner"), str) and runner.get("expires_ms", 0) > now:
+            out.add(runner["owner"].partition("@")[2])
+    return out
+
+
+def runs(entries: Sequence[Entry], lock_owner: str | None = None,
+         live: Collection[str] = ()) -> list[Run]:
     """Entries (newest first) grouped by run, keeping the order; ``lock_owner``: who holds the
-    apply lock now (its run is running, not unfinished)."""
+    apply lock now and may be running (its run is running, not unfinished; see ``live_owner``).
+    A rewrite command's run holds no apply lock: it is running while its process is (``live``:
+    host:pid of the processes holding rewrites' leases, see ``rewrite_runners``). A stopped run
+    is linked to the newest run that resumed it."""
     grouped: dict[tuple[int, str], list[Entry]] = {}
     for entry in entries:
         grouped.setdefault((entry.run_started_ms, entry.run), []).append(entry)
-    return [Run(run, started, tuple(steps), holds_lock=steps[0].owner == lock_owner)
-            for (started, run), steps in grouped.items()]
+    found = [Run(run, started, tuple(steps),
+                 holds_lock=(steps[0].owner == lock_owner if steps[0].command == "apply"
+                             else steps[0].status == "started" and _process_alive(steps[0].owner, live)))
+             for (started, run), steps in grouped.items()]
+    resumers: dict[str, Run] = {}
+    for later in reversed(found):  # oldest first: the newest resumer wins
+        for resumed in {r for step in later.steps for r in step.resumes}:
+            resumers[resumed] = later
+    # A resumer that was itself resumed: the last one in the chain tells how it ended.
+    out = []
+    for one in found:
+        later = resumers.get(one.run)
+        seen = {one.run}
+        while later is not None and later.run in resumers and later.run not in seen:
+            seen.add(later.run)
+            later = resumers[later.run]
+        if later is not None and one.outcome in STOPPED:
+            one = attrs.evolve(one, resumed_by=attrs.evolve(later, resumed_by=None))
+        out.append(one)
+    return out
 
 
 def _limited(all_runs: Sequence[Run], limit: int) -> list[tuple[Run, tuple[Entry, ...]]]:
@@ -172,8 +267,9 @@ def history_text(target: str, all_runs: Sequence[Run], limit: int) -> str:
     lines.append(f"History, newest first ({count} of {total} step(s){more}):")
     for run, steps in shown:
         lines.append("")
-        lines.append(f"run {run.run}  {run.outcome}  started {utc(run.started_ms)}  by {run.who}"
-                     f"  ({len(run.steps)} step(s))")
+        command = f"{run.command}  " if run.command != "apply" else ""
+        lines.append(f"run {run.run}  {command}{run.outcome_text}  started {utc(run.started_ms)}  "
+                     f"by {run.who}  ({len(run.steps)} step(s))")
         width = max(len(step.status) for step in steps)
         for step in steps:
             number = f"{step.number:>3}." if step.number is not None else "   -"

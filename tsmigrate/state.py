@@ -10,7 +10,8 @@ One table, ``tsmigrate_state``, keyed (kind, id):
   process on this same host, released by its holder or by ``tsmigrate unlock``.
 - ``("history", "<run started ms>-<run id>-<step no>")``: one row per step and run, with status
   ``started``, then ``done`` or ``failed``; a row an apply left ``started`` (it was killed) is
-  marked ``interrupted`` by the next apply.
+  marked ``interrupted`` by the next apply. Runs of rewrite commands (switch, finish, ...) are
+  recorded the same way, their rows naming the command (see ``tsmigrate.records``).
 - ``("catalog", "applied")``: the declared catalog of the last complete apply, which keeps what
   the service cannot report (key derivations) for the next diff; and the schema that apply left
   the instance with, when and by whom (``tsmigrate status`` compares the live schema with it).
@@ -161,6 +162,8 @@ class State:
         self.owner = owner or Owner.me()
         self.run_started_ms = int(time.time() * 1000)
         self._step_no = 0
+        self.command = "apply"  # what `history` names the run (rows of apply leave it out)
+        self.resumes: set[str] = set()  # the runs of interrupted steps this run takes up
 
     def ensure_table(self) -> None:
         adapter.create_state_table(self.client, STATE_TABLE)
@@ -290,6 +293,9 @@ class State:
     # -- history -------------------------------------------------------------------------------
 
     def record(self, step: Any, status: str, *, plan_id: str, error: str = "") -> None:
+        """``step``: an ``ops.Step`` or anything with ``kind``, ``summary()``, ``risk`` and
+        ``table`` (a rewrite command's action). The row keeps the command that ran it (apply
+        unless ``command`` says otherwise), the table, and the runs this one resumes."""
         if status == "started":
             self._step_no += 1
         row_id = f"{self.run_started_ms:013d}-{self.owner.run_id}-{self._step_no:03d}"
@@ -307,6 +313,9 @@ class State:
                 **({"user": self.owner.user} if self.owner.user else {}),
                 "at_ms": int(time.time() * 1000),
                 **({"error": error} if error else {}),
+                **({"table": step.table} if isinstance(getattr(step, "table", None), str) else {}),
+                **({"command": self.command} if self.command != "apply" else {}),
+                **({"resumes": ",".join(sorted(self.resumes))} if self.resumes else {}),
             },
         )
 

@@ -21,7 +21,7 @@ import tablestore as ts
 
 from tsmigrate import adapter
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.history import Run, newest_first, runs, utc
+from tsmigrate.history import Run, live_owner, newest_first, rewrite_runners, runs, utc
 from tsmigrate.state import LOCK_KEY, STATE_TABLE, AppliedRecord, Lock, State
 
 
@@ -60,14 +60,22 @@ class StatusContext:
 
     @functools.cached_property
     def runs(self) -> list[Run]:
-        """Apply runs, newest first."""
+        """Recorded runs (of apply and of rewrite commands), newest first."""
         if not self.has_state_table:
             return []
         try:
-            owner = self.lock.owner if self.lock else None
+            owner = live_owner(self.lock)
         except TsmigrateError:  # a malformed lock: the lock section reports it
             owner = None
-        return runs(newest_first(self.state.history()), owner)
+        try:
+            runners = rewrite_runners(self.rewrites)
+        except TsmigrateError:  # a malformed rewrite row: the rewrites section reports it
+            runners = set()
+        return runs(newest_first(self.state.history()), owner, runners)
+
+    @functools.cached_property
+    def apply_runs(self) -> list[Run]:
+        return [run for run in self.runs if run.command == "apply"]
 
     @functools.cached_property
     def applied(self) -> AppliedRecord | None:
@@ -128,15 +136,17 @@ def last_apply_report(ctx: StatusContext) -> Report:
     if applied is not None and applied.at_ms is not None:
         complete = {"at": utc(applied.at_ms), "at_ms": applied.at_ms, "by": applied.who,
                     "owner": applied.owner}
-    if not ctx.runs:
+    later = _later_commands(ctx)
+    if not ctx.apply_runs:
         lines = ["none: no apply has changed this instance"]
         if complete:
             lines.append(f"the last apply found nothing to change ({complete['at']}, by {complete['by']})")
-        return Report({"run": None, "last_complete": complete}, lines)
-    run = ctx.runs[0]
-    data = {**run.to_dict(), "last_complete": complete}
+        return Report({"run": None, "last_complete": complete, "later_commands": later[0]},
+                      lines + later[1])
+    run = ctx.apply_runs[0]
+    data = {**run.to_dict(), "last_complete": complete, "later_commands": later[0]}
     failed = f" at step {data['failed_step']}" if data["failed_step"] else ""
-    lines = [f"run {run.run} {run.outcome}{failed} ({len(run.steps)} step(s)), started "
+    lines = [f"run {run.run} {run.outcome_text}{failed} ({len(run.steps)} step(s)), started "
              f"{utc(run.started_ms)} by {run.who}, last step {utc(run.ended_ms)}"]
     if run.steps[0].error:
         lines.append(f"error: {run.steps[0].error}")
@@ -145,8 +155,43 @@ def last_apply_report(ctx: StatusContext) -> Report:
     if complete and applied is not None and applied.owner != run.steps[0].owner \
             and complete["at_ms"] > run.ended_ms:
         lines.append(f"a later apply found nothing to change ({complete['at']}, by {complete['by']})")
+    lines += later[1]
     lines.append("tsmigrate history lists the steps")
     return Report(data, lines)
+
+
+def _later_commands(ctx: StatusContext) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs of other commands (rewrite switch, finish, ...) since the last apply run."""
+    since = ctx.apply_runs[0].started_ms if ctx.apply_runs else -1
+    later = [run for run in ctx.runs if run.command != "apply" and run.started_ms > since]
+    data = [{**run.to_dict(), "actions": [s.summary + ("" if s.status == "done" else f" ({s.status})")
+                                          for s in reversed(run.steps)]}
+            for run in later]
+    lines = [f"since then: {run.command} {run.outcome} ({'; '.join(one['actions'])}), "
+             f"{utc(run.started_ms)} by {run.who}" for run, one in zip(later, data, strict=True)]
+    return data, lines
+
+
+def _recorded_since(ctx: StatusContext, applied: AppliedRecord) -> dict[str, Run]:
+    """Tables that recorded runs acted on after the last complete apply saved the schema it
+    left (an apply killed or failed midway, a rewrite finish dropping the old table), each with
+    what did it: these are tsmigrate's own changes, not drift."""
+    at = applied.at_ms or 0
+    found: dict[str, Run] = {}
+    try:
+        recorded = ctx.runs
+    except TsmigrateError:  # a malformed history row: the last apply section names it
+        return found
+    for run in reversed(recorded):  # oldest first: the newest run names a table last
+        # The apply that saved the record (before its first step, and again once complete)
+        # covers its own steps only when it completed; other runs' steps count from then on.
+        saver = run.steps[0].owner == applied.owner
+        if saver and run.outcome == "applied":
+            continue
+        for step in reversed(run.steps):
+            if step.table and (saver or step.at_ms >= at):
+                found[step.table] = run
+    return found
 
 
 def drift_report(ctx: StatusContext) -> Report:
@@ -164,14 +209,26 @@ def drift_report(ctx: StatusContext) -> Report:
     # tsmigrate itself drops these outside apply: rewrite finish --allow-destructive, abort.
     gone = {r.source for r in ctx.rewrites if r.phase == machine.DONE}
     gone |= {r.target for r in ctx.rewrites if r.phase == machine.ABORTED}
-    found = drift(applied.left, ctx.live, gone)
+    recorded = _recorded_since(ctx, applied)
+    found = [d for d in drift(applied.left, ctx.live, gone) if d.table not in recorded]
     since = f"{utc(applied.at_ms)}, by {applied.who}"
     data = {"checked": True, "drifted": bool(found), "since": utc(applied.at_ms),
-            "tables": [d.to_dict() for d in found]}
+            "tables": [d.to_dict() for d in found],
+            "recorded": [{"table": t, "run": r.run, "command": r.command, "outcome": r.outcome}
+                         for t, r in sorted(recorded.items())]}
+    # Changed by tsmigrate since, as the history says: not drift, but not what the record says.
+    by_run: dict[str, tuple[Run, list[str]]] = {}
+    for table, run in sorted(recorded.items()):
+        by_run.setdefault(run.run, (run, []))[1].append(table)
+    ours = [f"{', '.join(tables)}: changed since by {run.command} run {run.run} "
+            f"({run.outcome_text}), not drift" for run, tables in by_run.values()]
     if not found:
-        return Report(data, [f"none: the instance is as the last apply left it ({since})"])
+        first = (f"none: nothing changed outside tsmigrate since the last apply ({since})" if ours
+                 else f"none: the instance is as the last apply left it ({since})")
+        return Report(data, [first, *ours])
     lines = [f"{len(found)} table(s) changed outside tsmigrate since the last apply ({since}):"]
     lines += [f"  {d.text()}" for d in found]
+    lines += ours
     lines.append("tsmigrate plan shows what apply would change to match the models")
     return Report(data, lines)
 

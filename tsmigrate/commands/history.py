@@ -31,7 +31,7 @@ def history_command(project, target_name, endpoint, instance, limit, fmt, revisi
     With --revisions (the default in versioned mode): the revision scripts, newest first, each
     as `parents -> revision (head, merge)  message`.
     """
-    from tsmigrate.history import history_json, history_text, newest_first, runs
+    from tsmigrate.history import history_json, history_text, live_owner, newest_first, runs
     from tsmigrate.state import State
 
     if revisions is None:
@@ -50,8 +50,22 @@ def history_command(project, target_name, endpoint, instance, limit, fmt, revisi
         state = State(client)
         rows = state.history()
         lock = state.read_lock() if rows else None
-    all_runs = runs(newest_first(rows), lock.owner if lock else None)
+        runners = _rewrite_runners(client) if rows else set()
+    all_runs = runs(newest_first(rows), live_owner(lock), runners)
     if fmt == "json":
         click.echo(json.dumps(history_json(target.describe(), all_runs, limit), indent=2))
     else:
         click.echo(history_text(target.describe(), all_runs, limit), nl=False)
+
+
+def _rewrite_runners(client: object) -> set[str]:
+    """The processes driving rewrites now (their commands' runs are running); none when the
+    rewrite rows cannot be read (`tsmigrate rewrite status` names a malformed one)."""
+    from tsmigrate.errors import TsmigrateError
+    from tsmigrate.history import rewrite_runners
+    from tsmigrate.rewrite import machine
+
+    try:
+        return rewrite_runners(machine.all_rewrites(client))
+    except TsmigrateError:
+        return set()

@@ -32,6 +32,7 @@ def restore(source, project, target_name, endpoint, instance, table_name):
 
     from tsmigrate import adapter
     from tsmigrate.config import load_project
+    from tsmigrate.pipeprogress import PipeProgress
     from tsmigrate.service.family import restore_archive
     from tsmigrate.target import connect, resolve_target
 
@@ -43,12 +44,19 @@ def restore(source, project, target_name, endpoint, instance, table_name):
             Progress(*columns, transient=True, console=err_console) as bar:  # stdout: the result
         task = bar.add_task(source, total=None, rate="-")
         started = time.monotonic()
+        pipe = None if err_console.is_terminal else PipeProgress(err_console, f"restore {source}")
 
         def progress(done: int, total: int | None) -> None:
             rate = done / max(time.monotonic() - started, 1e-6)
             bar.update(task, completed=done, total=total, rate=f"{rate:,.0f}")
+            if pipe is not None:
+                pipe.count("load", done, total)
 
-        result = restore_archive(client, source, table_name, progress)
+        try:
+            result = restore_archive(client, source, table_name, progress)
+        finally:
+            if pipe is not None:
+                pipe.stop()
     notes = []
     if result.created:
         notes.append("table created from the archived schema")

@@ -33,6 +33,14 @@ def _rewrite_of(client: Any, table: str) -> Any:
     return rewrite
 
 
+def _recorded(client: Any, command: str, kind: str, target: str, risk: str = "safe") -> Any:
+    """The command's run in the history, and the step of its main action (``records``)."""
+    from tsmigrate.records import Action, CommandRun
+
+    run = CommandRun(client, f"rewrite {command}")
+    return run, run.step(Action(kind, f"{command} {target}", target, risk))
+
+
 @click.group(cls=Group)
 def rewrite() -> None:
     """Watch and steer key-changing rewrites (started by apply)."""
@@ -111,7 +119,9 @@ def pause(table, project, target_name, endpoint, instance):
         if rewrite.phase not in machine.RUNNING_PHASES:
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}; "
                                        "only a running rewrite can be paused")
-        paused = machine.request(client, rewrite.target, machine.PAUSED)
+        _run, step = _recorded(client, "pause", "rewrite_pause", rewrite.target)
+        with step:
+            paused = machine.request(client, rewrite.target, machine.PAUSED)
     console.print(f"{paused.target}: paused in {paused.resume_to}. "
                   f"Next: tsmigrate rewrite resume {paused.target}")
 
@@ -136,7 +146,8 @@ def resume(table, project, target_name, endpoint, instance, workers, dask, max_r
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}, not "
                                        "paused or failed")
         report = ApplyProgress(err_console)
-        with machine.Runner(client, rewrite.target) as runner:
+        _run, step = _recorded(client, "resume", "rewrite_resume", rewrite.target, "data-copy")
+        with step, machine.Runner(client, rewrite.target) as runner:
             try:
                 if rewrite.resume_to in (machine.READY, *machine.CUT_OVER, machine.FINISHING):
                     done = runner.save(phase=rewrite.resume_to, error=None)
@@ -174,7 +185,8 @@ def switch(table, project, target_name, endpoint, instance, lease_s, accept_targ
 
     with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
-        with machine.Runner(client, rewrite.target, handover=True) as runner:
+        _run, step = _recorded(client, "switch", "rewrite_switch", rewrite.target)
+        with step, machine.Runner(client, rewrite.target, handover=True) as runner:
             done = cutover.switch(client, driver.spec_of(client, target.embedded), runner,
                                   lease_s=lease_s, accept_target_writes=accept_target_writes,
                                   report=_fence_report)
@@ -193,7 +205,8 @@ def revert(table, project, target_name, endpoint, instance):
 
     with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
-        with machine.Runner(client, rewrite.target, handover=True) as runner:
+        _run, step = _recorded(client, "revert", "rewrite_revert", rewrite.target)
+        with step, machine.Runner(client, rewrite.target, handover=True) as runner:
             done = cutover.revert(client, runner, report=_fence_report)
     _print_fence(done, "reverted", next_step(done))
 
@@ -221,15 +234,30 @@ def finish(table, project, target_name, endpoint, instance, allow_destructive, f
            models):
     """After switch: stop capture, put the tables' settings back (and drop the old table with
     --allow-destructive, unless the models declare it)."""
+    from tsmigrate import records
     from tsmigrate.rewrite import driver, machine
+    from tsmigrate.rewrite.progress import ApplyProgress
 
     declared = _declared_tables(project, models) if allow_destructive else frozenset()
     with connected(project, target_name, endpoint, instance) as (client, target):
         rewrite = _rewrite_of(client, table)
-        with machine.Runner(client, rewrite.target, handover=True) as runner:
-            done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
-                                 allow_destructive, force=force,
-                                 accept_target_writes=accept_target_writes, declared=declared)
+        report = ApplyProgress(err_console)  # in a pipe: a line every few seconds while it verifies
+        run, step = _recorded(client, "finish", "rewrite_finish", rewrite.target)
+        had_source = allow_destructive and records.exists(client, rewrite.source)
+        try:
+            with step, machine.Runner(client, rewrite.target, handover=True) as runner:
+                try:
+                    report("phase", {"phase": machine.FINISHING})
+                    done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
+                                         allow_destructive, force=force,
+                                         accept_target_writes=accept_target_writes,
+                                         declared=declared, report=report)
+                finally:
+                    report.close()
+        finally:
+            # The drop happens inside finish: recorded as its own step once it is seen done.
+            if had_source and records.exists(client, rewrite.source) is False:
+                run.done(records.drop(rewrite.source))
     verification = done.get("verification") or {}
     changed = verification.get("changed_meanwhile", 0)
     console.print(f"{done.target}: done"
@@ -275,10 +303,18 @@ def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
 @reports_errors
 def abort(table, project, target_name, endpoint, instance):
     """Drop the target and put the source's stream back; the source's rows are untouched."""
+    from tsmigrate import records
     from tsmigrate.rewrite import driver, machine
 
     with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
-        with machine.Runner(client, rewrite.target) as runner:
-            aborted = driver.abort(client, runner)
+        run, step = _recorded(client, "abort", "rewrite_abort", rewrite.target)
+        had_target = records.exists(client, rewrite.target)
+        try:
+            with step, machine.Runner(client, rewrite.target) as runner:
+                aborted = driver.abort(client, runner)
+        finally:
+            # abort drops the new table: recorded as its own step once it is seen done.
+            if had_target and records.exists(client, rewrite.target) is False:
+                run.done(records.drop(rewrite.target))
     console.print(f"{aborted.target}: aborted; {aborted.target} dropped, {aborted.source} left as it was.")

@@ -28,11 +28,15 @@ STAGE_TEXT = {
 
 
 class ReindexProgress:
-    def __init__(self, console: Console, every_s: float = 15.0):
-        self.console, self.every_s = console, every_s
+    def __init__(self, console: Console, every_s: float | None = None):
+        from tsmigrate.pipeprogress import every_s as default_every_s
+
+        self.console = console
+        self.every_s = default_every_s() if every_s is None else every_s
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._next_line = 0.0
+        self._pipe: Any = None  # a PipeProgress while a build runs without a terminal
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         where = f"{data['table']}.{data['index']}"
@@ -70,6 +74,9 @@ class ReindexProgress:
         phase = data["phase"]
         detail = (f"{data['indexed']:,} of {data['total']:,} rows indexed" if phase == "full"
                   else f"incremental sync, lag {data['lag_s']:.1f} s")
+        if not self.console.is_terminal:  # a pipe: a plain line every few seconds, no bar
+            self._pipe_build(where, data)
+            return
         if self._bar is None:
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -85,7 +92,23 @@ class ReindexProgress:
             self.console.print(f"  {detail} ({data['elapsed_s']:.0f} s)", markup=False)
             self._next_line = time.monotonic() + self.every_s
 
+    def _pipe_build(self, where: str, data: dict[str, Any]) -> None:
+        from tsmigrate.pipeprogress import PipeProgress
+
+        if self._pipe is None:
+            self._pipe = PipeProgress(self.console, f"reindex {where}")
+        if data["phase"] != "full":
+            self._pipe.update("incremental sync", detail=f"lag {data['lag_s']:.1f} s")
+            return
+        rate = data["indexed"] / max(data["elapsed_s"], 1e-3)
+        total = data["total"] or None
+        eta = (total - data["indexed"]) / rate if total is not None and rate > 0 else None
+        self._pipe.update("build", data["indexed"], total, rate, eta)
+
     def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.stop()
+            self._pipe = None
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -13,10 +13,11 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
+from tsmigrate.pipeprogress import clock
 from tsmigrate.rewrite import machine
+from tsmigrate.state import StateRowError
 
 NEXT_STEP = {
     machine.PREPARE: "tsmigrate apply continues it",
@@ -45,38 +46,49 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
     """The status of one rewrite: phase, rows copied / estimated, rows/s, ETA, capture lag,
     collisions, verification, and what to do next."""
     from tsmigrate.rewrite import checkpoints
+    from tsmigrate.rewrite import splits as splits_mod
 
     job = machine.job_of(rewrite)
+    ended = rewrite.phase in machine.ENDED
     done = checkpoints.list_splits(client, job.id) if rewrite.phase != machine.ABORTED else []
+    try:
+        kept = (splits_mod.load(client, job.id) or []) if rewrite.phase != machine.ABORTED else []
+    except StateRowError:
+        kept = []  # the estimate goes without them; follow and apply, which need them, say why
     rows = sum(c.rows for c in done)
     copied_bytes = sum(c.bytes for c in done)
     estimate = rewrite.get("estimate") or {}
-    est_bytes = int(estimate.get("bytes", 0))
-    est_rows = rows
-    if copied_bytes and est_bytes > copied_bytes:
-        est_rows = int(rows * est_bytes / copied_bytes)
+    est_rows = _estimate_rows(kept, done, copied_bytes)
     backfill = rewrite.get("backfill") or {}
     backfill_done = bool(backfill)
-    if backfill_done:  # the backfill's own rate, not diluted by the time since
+    running = not ended and _runner_alive(rewrite)
+    rate: float | None
+    eta_s: float | None
+    if ended or (not backfill_done and not running):  # nobody copies: no rate, no ETA
+        rate, eta_s = None, None
+    elif backfill_done:  # the backfill's own rate, not diluted by the time since
         rate = backfill["rows"] / max(1e-3, backfill.get("elapsed_s", 0))
+        eta_s = 0.0
     else:
         started = int(rewrite.get("backfill_started_ms") or machine.now_ms())
         rate = rows / max(1e-3, (machine.now_ms() - started) / 1000) if rows else 0.0
-    eta_s = 0.0 if backfill_done else ((est_rows - rows) / rate if rate else None)
+        eta_s = (est_rows - rows) / rate if rate and est_rows is not None else None
     verification = rewrite.get("verification") or {}
     return {
         "target": rewrite.target,
         "source": rewrite.source,
         "phase": rewrite.phase,
         "resume_to": rewrite.resume_to if rewrite.phase in (machine.PAUSED, machine.FAILED) else None,
-        "error": rewrite.error or None,
+        # A cleared error is saved as None (resume, done, abort): not an error.
+        "error": rewrite.doc.get("error") or None,
         "rows_copied": rows,
-        "rows_estimated": max(est_rows, rows),
+        "rows_estimated": None if est_rows is None else max(est_rows, rows),
         "bytes_copied": copied_bytes,
         "splits": {"total": int(estimate.get("splits", len(done))),
                    "done": sum(c.done for c in done),
                    "running": sum(not c.done for c in done)},
-        "rows_per_s": round(rate, 1),
+        "rows_per_s": None if rate is None else round(rate, 1),
+        "backfill_done": backfill_done,
         "eta_s": None if eta_s is None else round(eta_s, 1),
         "capture_lag_s": rewrite.get("capture_lag_s"),
         "capture": rewrite.get("capture_stats") or {},
@@ -89,6 +101,41 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         "clients": _clients(client, rewrite),
         "next": next_step(rewrite),
     }
+
+
+def _estimate_rows(kept: list[Any], states: list[Any], copied_bytes: int) -> int | None:
+    """Rows in every key range: a finished range's own count; any other range's size estimate
+    at the rows per estimated byte of the finished ranges (or, before any finished, per byte
+    copied). None before anything was copied."""
+    by_index = {c.index: c for c in states}
+    finished = [s for s in kept if s.index in by_index and by_index[s.index].done]
+    finished_rows = sum(by_index[s.index].rows for s in finished)
+    finished_estimate = sum(s.estimated_bytes for s in finished)
+    rows = sum(c.rows for c in states)
+    if finished_rows and finished_estimate:
+        per_byte = finished_rows / finished_estimate
+    elif copied_bytes:
+        per_byte = rows / copied_bytes
+    elif kept and len(finished) == len(kept):
+        return 0  # every range done, all empty
+    else:
+        return None
+    total = 0
+    for split in kept:
+        state = by_index.get(split.index)
+        if state is not None and state.done:
+            total += state.rows
+        else:
+            total += max(state.rows if state is not None else 0, round(split.estimated_bytes * per_byte))
+    return max(total, rows)
+
+
+def _runner_alive(rewrite: machine.Rewrite) -> bool:
+    """Whether a process holds the rewrite's lease (not run out, its process alive)."""
+    lease = rewrite.get("runner") or {}
+    owner = lease.get("owner")
+    return bool(owner) and int(lease.get("expires_ms", 0)) > machine.now_ms() \
+        and machine._holder_alive(owner)
 
 
 def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
@@ -114,10 +161,18 @@ def status_text(data: dict[str, Any]) -> str:
     if data["error"]:
         lines.append(f"  error: {data['error']}")
     splits = data["splits"]
-    eta = "-" if data["eta_s"] is None else f"{data['eta_s']:.0f}s"
-    lines.append(f"  rows copied: {data['rows_copied']:,} of about {data['rows_estimated']:,} "
-                 f"({splits['done']}/{splits['total']} splits done), {data['rows_per_s']:,.0f} rows/s, "
-                 f"ETA {eta}")
+    if data["phase"] != machine.ABORTED:  # an aborted rewrite's copy was dropped
+        of = "" if data["rows_estimated"] is None else f" of about {data['rows_estimated']:,}"
+        line = (f"  rows copied: {data['rows_copied']:,}{of} "
+                f"({splits['done']}/{splits['total']} splits done)")
+        if data["rows_per_s"] is not None and data.get("backfill_done"):
+            line += f", copied at {data['rows_per_s']:,.0f} rows/s"
+        elif data["rows_per_s"] is not None:
+            eta = "-" if data["eta_s"] is None else f"{data['eta_s']:.0f}s"
+            line += f", {data['rows_per_s']:,.0f} rows/s, ETA {eta}"
+        elif data["phase"] not in machine.ENDED:
+            line += "; not running (no process holds it)"
+        lines.append(line)
     lag = data["capture_lag_s"]
     stats = data["capture"]
     lines.append(f"  capture lag: {'-' if lag is None else f'{lag:.1f}s'}"
@@ -162,35 +217,36 @@ def _side_text(data: dict[str, Any]) -> str:
 
 class ApplyProgress:
     """The report callback apply gives a rewrite: a rich progress bar during the backfill
-    (rows, rows/s, ETA, splits running and done), then capture lag and verification lines."""
+    (rows, rows/s, ETA, splits running and done), then capture lag and verification lines.
+    Without a terminal (a pipe), a plain line at least every ``TSMIGRATE_PROGRESS_EVERY_S``
+    seconds instead of the bar."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, what: str = "rewrite"):
+        from tsmigrate.pipeprogress import PipeProgress
+
         self.console = console
         self.bar: Progress | None = None
         self.task: TaskID | None = None
+        self.pipe = None if console.is_terminal else PipeProgress(console, what)
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         if event == "phase":
             self._stop()
             self.console.print(f"[bold]rewrite:[/] {data['phase']}")
+            if self.pipe is not None:
+                self.pipe.update(data["phase"])
         elif event == "backfill":
             self._backfill(data["progress"])
+        elif event == "capture" and self.pipe is not None:
+            self.pipe.update(self.pipe.phase or "capture",
+                             detail=f"capture lag {data.get('lag_s') or 0:.1f}s, "
+                                    f"applied {data.get('applied', 0):,}")
         elif event == "verify":
             self._stop()
             self.console.print("verification: " + ("[green]ok[/]" if data["ok"] else
                                                    "[yellow]differences, re-checking[/]"))
 
     def _backfill(self, progress: Any) -> None:
-        if self.bar is None:
-            self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(),
-                TextColumn("{task.completed:,.0f}{task.fields[of]} rows"),
-                TextColumn("{task.fields[rate]:,.0f} rows/s"), TextColumn("{task.fields[splits]}"),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("backfill", total=None, rate=0.0, splits="", of="")
-        assert self.task is not None
         checkpoints = list(getattr(progress, "splits", []))
         done = sum(c.done for c in checkpoints)
         total = getattr(progress, "total_splits", len(checkpoints))
@@ -198,9 +254,29 @@ class ApplyProgress:
         rows = getattr(progress, "rows", 0)
         rate = getattr(progress, "rows_per_s", 0.0) or 0.0
         expected = rows + eta * rate if eta is not None and rate else None
+        splits = f"splits {done} done, {len(checkpoints) - done} running, {total} in all"
+        if self.pipe is not None:
+            self.pipe.update("backfill", rows, None if expected is None else round(expected), rate,
+                             eta, splits)
+            return
+        if self.bar is None:
+            # The ETA is the backfill's own (bytes copied of the estimate), as status shows it:
+            # rich's TimeRemainingColumn forgets its samples whenever the total changes, and
+            # the estimated total changes with every report.
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(),
+                TextColumn("{task.completed:,.0f}{task.fields[of]} rows"),
+                TextColumn("{task.fields[rate]:,.0f} rows/s"), TextColumn("{task.fields[splits]}"),
+                TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
+                console=self.console, transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("backfill", total=None, rate=0.0, splits="", of="",
+                                          eta=clock(None))
+        assert self.task is not None
         of = f" of about {expected:,.0f}" if expected is not None else ""
-        self.bar.update(self.task, completed=rows, total=expected, rate=rate, of=of,
-                        splits=f"splits {done} done, {len(checkpoints) - done} running, {total} in all")
+        self.bar.update(self.task, completed=rows, total=expected, rate=rate, of=of, splits=splits,
+                        eta=clock(eta))
 
     def _stop(self) -> None:
         if self.bar is not None:
@@ -210,3 +286,5 @@ class ApplyProgress:
 
     def close(self) -> None:
         self._stop()
+        if self.pipe is not None:
+            self.pipe.stop()

@@ -354,6 +354,9 @@ def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], 
             move = make_move(last)
             refusals(move, allow_destructive=allow_destructive)
             interrupted = state.mark_interrupted()
+            # `history` names this run on the killed ones it takes up (issue 24).
+            state.resumes = {r["id"].split("-")[1] for r in interrupted
+                             if not r.get("command") and r["id"].count("-") == 2}
             if interrupted:
                 note = "; ".join(filter(None, [note, f"marked {len(interrupted)} operation(s) a killed "
                                                      "run left unfinished as interrupted"]))
@@ -436,6 +439,8 @@ def _run_revision(client: Any, directory: ScriptDirectory, state: State, lease: 
                             interrupted=True) from None
         except Exception as exc:
             state.record(op, "failed", plan_id=rev, error=str(exc)[:500])
+            if direction == "upgrade" and _exists_already(exc, op):
+                raise RunFailed(_made_outside(rev, number, len(operations), op, exc)) from exc
             raise RunFailed(
                 _where(rev, direction, number, len(operations), op, "failed") + f": {exc}"
             ) from exc
@@ -455,6 +460,33 @@ def _where(rev: str, direction: str, number: int, total: int, op: Any, what: str
         "operation 1 was done" if number == 2 else "no operation of it was done")
     return (f"{direction} of revision {rev} {what} at operation {number} of {total} "
             f"({op.summary()}); {before}, and running it again continues from there")
+
+
+_CREATES = (ops.CreateTable, ops.CreateIndex, ops.CreateSearchIndex)
+
+
+def _exists_already(exc: BaseException, op: Any) -> bool:
+    """A create of the revision found its object there: made outside the revisions (`tsmigrate
+    apply`, the console), so running the revision again fails the same way."""
+    import tablestore as ts
+
+    # adapter.service_errors turned the SDK's error into a TargetError "from None": its context.
+    answer = exc if isinstance(exc, ts.OTSServiceError) else exc.__context__
+    return isinstance(op, _CREATES) and isinstance(answer, ts.OTSServiceError) and (
+        answer.code == "OTSObjectAlreadyExist")
+
+
+def _made_outside(rev: str, number: int, total: int, op: Any, exc: BaseException) -> str:
+    before = f"operations 1-{number - 1} were done" if number > 2 else (
+        "operation 1 was done" if number == 2 else "no operation of it was done")
+    return (
+        f"upgrade of revision {rev} failed at operation {number} of {total} ({op.summary()}): "
+        f"{str(exc).rstrip('.')}; {before}. What it creates exists already, made outside the revisions "
+        "(by `tsmigrate apply`, or by hand), so running upgrade again fails the same way. If the "
+        f"instance already matches revision {rev}, record it as applied without running it: "
+        f"`tsmigrate stamp {rev}` (then `tsmigrate upgrade head` runs the revisions after it); "
+        "otherwise drop what is in the way, or write a revision that adopts it"
+    )
 
 
 def _record(client: Any, directory: ScriptDirectory, state: State, applied: set[str], rev: str,
