@@ -2,7 +2,15 @@
 
 __version__ = "0.1.0"
 
-from tsmigrate.model import (
+import logging as _logging
+
+# The SDK warns on import that its optional C++ codec is missing (it uses Python's): a notice,
+# not a fault, that would open every service script's and test run's output. Set before any
+# tsmigrate module imports the SDK; its other warnings still show.
+for _name in ("tablestore.encoder", "tablestore.decoder"):
+    _logging.getLogger(_name).setLevel(_logging.ERROR)
+
+from tsmigrate.model import (  # noqa: E402 (after the SDK logger is set)
     AccessPattern,
     Column,
     GlobalIndex,

@@ -79,6 +79,10 @@ def service_errors(target: str) -> Iterator[None]:
         ) from None
     except ts.OTSClientError as exc:
         raise TargetError(f"talking to {target} failed: {exc.message}") from None
+    except BrokenPipeError:
+        # urllib3 wraps the socket's own errors: a bare one is our stdout closed by the reader
+        # (`plan | head -1`), which the command ends quietly (``commands.common.reports_errors``).
+        raise
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise TargetError(f"cannot reach {target}: {exc}") from None
 
@@ -442,10 +446,17 @@ def _update_search_ttl(client: ts.OTSClient, step: ops.UpdateSearchIndexTTL) -> 
 
 def _retire_table(client: ts.OTSClient, step: ops.RetireTable) -> None:
     """Archive every row (cell timestamps included), check the archive reads back whole, drop."""
+    from tsmigrate import pipeprogress
     from tsmigrate.service.family import archive_location, archive_table, verify_archive
 
     location = archive_location(step.archive, step.table)
-    written = archive_table(client, inspect_table(client, step.table), location)
+    pipe = pipeprogress.for_stderr(f"archive {step.table}")  # a deploy log hears a long archive
+    try:
+        written = archive_table(client, inspect_table(client, step.table), location,
+                                None if pipe is None else lambda done, total: pipe.count("copy", done, total))
+    finally:
+        if pipe is not None:
+            pipe.stop()
     if verify_archive(location) != written:
         raise TargetError(f"the archive {location} does not read back whole; {step.table} is kept")
     client.delete_table(step.table)

@@ -75,6 +75,8 @@ class Monthly:
                 "retain= drops expired months, so archive= must say where their rows go "
                 "(a directory or an fsspec URL such as 'oss://bucket/prefix/')"
             )
+        if isinstance(self.archive, str) and (problem := archive_problem(self.archive)):
+            out.append(problem)
         return out
 
     # -- naming --------------------------------------------------------------------------------
@@ -135,3 +137,27 @@ def partition_ms(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"the partition field must hold epoch milliseconds or a datetime, got {value!r}")
     return value
+
+
+def archive_problem(archive: str) -> str | None:
+    """Why an archive URL cannot be written from here (fsspec, or the filesystem's package, is
+    not installed), found when the model is checked rather than when an expired month's retire
+    step has nowhere to write; None for a directory or a URL that can be opened."""
+    if "://" not in archive or archive.startswith("file://"):
+        return None
+    protocol = archive.split("://", 1)[0]
+    try:
+        import fsspec
+    except ImportError:
+        return (f"archive={archive!r} is a URL, which needs fsspec: pip install "
+                "'tsmigrate[archive]' plus the filesystem's package (ossfs for oss://), or "
+                "archive to a directory")
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        return (f"archive={archive!r} cannot be written from here: fsspec has no {protocol}:// "
+                f"filesystem ({exc}); install its package (pip install ossfs for oss://), or "
+                "archive to a directory")
+    except ValueError:
+        return f"archive={archive!r}: {protocol}:// is not a filesystem fsspec knows"
+    return None

@@ -482,6 +482,7 @@ class Model:
                 ))
         columns = cls._declared(Column)
         problems.extend(cls._type_problems())
+        problems.extend(cls._duplicate_columns())
         problems.extend(cls._service_option_problems(opts))
         primary_key = []
         for pk in cls._declared(PrimaryKey):
@@ -532,6 +533,28 @@ class Model:
             source=cls._qualname(),
         )
         return table, problems
+
+    @classmethod
+    def _duplicate_columns(cls) -> list[Problem]:
+        """Two fields declaring one column, named by their fields (validate, which sees the
+        table only, could name the column alone; compile_models keeps this one)."""
+        fields: dict[tuple[bool, str], list[str]] = {}
+        for declaration in cls._declared((PrimaryKey, Column)):
+            is_key = isinstance(declaration, PrimaryKey)
+            column = declaration.column_name or declaration.name if is_key else declaration.column
+            fields.setdefault((is_key, column), []).append(declaration.name)
+        problems = []
+        for (is_key, column), names in fields.items():
+            if len(names) < 2:
+                continue
+            listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+            problems.append(cls._problem(
+                column, "primary-key.duplicate" if is_key else "column.duplicate",
+                f"{'primary-key column' if is_key else 'column'} {column!r} is declared twice: "
+                f"by fields {listed}",
+                "give each field its own column (name= sets a field's column name)",
+            ))
+        return problems
 
     @classmethod
     def _type_problems(cls) -> list[Problem]:
@@ -763,9 +786,12 @@ def compile_models(
         tables.append(table)
         problems.extend(found)
     catalog = schema.Catalog(tables=tables)
-    problems.extend(validate_catalog(catalog))
-    problems = [p for p in problems if p.rule not in tolerate]
-    if problems:
+    # A fault a model reported (naming its fields) is not reported again by the table's rules.
+    reported = {(p.table, p.field, p.rule) for p in problems}
+    problems.extend(p for p in validate_catalog(catalog) if (p.table, p.field, p.rule) not in reported)
+    # Tolerated problems are reported by lint itself, which it cannot once another stops it:
+    # then every problem is raised (lint names as many as validate does).
+    if any(p.rule not in tolerate for p in problems):
         raise SchemaError(problems)
     return catalog
 

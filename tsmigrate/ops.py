@@ -467,24 +467,31 @@ class UpdateStream(Step):
 
 @attrs.frozen
 class RewriteCost:
-    """What a rewrite will copy, from the source's split points (ComputeSplitPointsBySize: within
-    one split unit), and how long that takes at ``rate_mb_s``."""
+    """What a rewrite will copy: ``bytes`` (every version the copy reads) in the ``splits`` key
+    ranges apply will cut, and how long that takes at ``rate_mb_s``; ``rate`` says where the
+    rate comes from (measured on this instance, or stated), ``basis`` how the size was found."""
 
     bytes: int
     splits: int
     rate_mb_s: float
+    rate: str = ""
+    basis: str = ""
 
     @property
     def seconds(self) -> float:
         return self.bytes / (self.rate_mb_s * 1024 * 1024)
 
     def text(self) -> str:
-        size = self.bytes / (1024 * 1024)
-        size_text = f"{size / 1024:,.1f} GB" if size >= 1024 else f"{size:,.1f} MB"
+        size = self.bytes / 1024
+        size_text = next((f"{size / d:,.1f} {unit}" for d, unit in ((1024 * 1024, "GB"), (1024, "MB"))
+                          if size >= d), f"{size:,.1f} KB")
         minutes = self.seconds / 60
-        time_text = f"{minutes / 60:,.1f} h" if minutes >= 90 else f"{max(minutes, 0.1):,.1f} min"
-        return (f"about {size_text} in {self.splits} split{'s' if self.splits != 1 else ''}: "
-                f"about {time_text} at {self.rate_mb_s:g} MB/s")
+        time_text = (f"{minutes / 60:,.1f} h" if minutes >= 90 else f"{minutes:,.1f} min"
+                     if self.seconds >= 90 else f"{max(1, round(self.seconds))} s")
+        basis = f" ({self.basis})" if self.basis else ""
+        rate = self.rate or f"at {self.rate_mb_s:g} MB/s"
+        return (f"about {size_text} in {self.splits} split{'s' if self.splits != 1 else ''}{basis}: "
+                f"about {time_text} to copy {rate}")
 
 
 @attrs.frozen

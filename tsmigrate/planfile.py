@@ -253,12 +253,22 @@ def resume_point(document: Mapping[str, Any], live_fingerprint: str) -> int:
     )
 
 
+def _without_cost(step: dict[str, Any]) -> dict[str, Any]:
+    """A step without a rewrite's cost (an estimate plan shows, not part of the step; the
+    reason quotes it, and the rest of the reason follows from the args)."""
+    args = step.get("args")
+    if not isinstance(args, dict) or "cost" not in args:
+        return step
+    return {**{k: v for k, v in step.items() if k != "reason"}, "args": {**args, "cost": None}}
+
+
 def planned_steps(document: Mapping[str, Any], start: int) -> list[dict[str, Any]]:
-    """The file's steps from ``start`` on, as comparable to ``Step.to_dict()`` in JSON form."""
-    return [{k: v for k, v in step.items() if k != "fingerprint_after"}
+    """The file's steps from ``start`` on, as comparable to ``step_json`` of a step."""
+    return [_without_cost({k: v for k, v in step.items() if k != "fingerprint_after"})
             for step in document["steps"][start:]]
 
 
 def step_json(step: ops.Step) -> dict[str, Any]:
-    """A step as a plan file holds it (JSON types: lists, not tuples)."""
-    return json.loads(json.dumps(step.to_dict()))
+    """A step as a plan file holds it (JSON types: lists, not tuples), without a rewrite's cost
+    (compared with ``planned_steps``)."""
+    return _without_cost(json.loads(json.dumps(step.to_dict())))

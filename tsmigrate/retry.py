@@ -27,6 +27,8 @@ Public API (the rewrite engine and any other caller use these rather than loops 
 - ``retrying(fn, api=..., idempotent=True)``: call ``fn()`` and retry it by the policy; for a
   sequence of calls that is safe to repeat as a whole (e.g. "list tables, create if missing").
 - ``rejected(exc)``, ``ambiguous(exc)``, ``retryable(exc, api)``: the classification above.
+- ``unreachable(exc)``: the connection already gave up on an endpoint that never answered
+  (``FIRST_CONTACT_RETRIES``); a caller's own retry loop gives up too.
 
 A conditional write (``expect="not_exist"``, a column condition) that the policy retried after
 an ambiguous failure may answer ``OTSConditionCheckFail`` because the first attempt did land;
@@ -111,6 +113,12 @@ def retryable(exc: BaseException, api: str) -> bool:
     return rejected(exc) or (ambiguous(exc) and api in IDEMPOTENT_APIS)
 
 
+def unreachable(exc: BaseException) -> bool:
+    """The connection gave up on an endpoint that never answered in this process (see
+    ``FIRST_CONTACT_RETRIES``): a caller's own retry loop ends here as well."""
+    return bool(getattr(exc, "tsmigrate_unreachable", False))
+
+
 def _throttled(exc: BaseException) -> bool:
     if not isinstance(exc, OTSServiceError):
         return False
@@ -189,6 +197,9 @@ class RetryingConnection:
                     raise
                 if (attempt >= FIRST_CONTACT_RETRIES and endpoint not in _answered
                         and isinstance(_cause(exc), _NOT_SENT)):
+                    # Callers that repeat a whole sequence (``retrying``) must not start the
+                    # count again: the endpoint has had its chance.
+                    exc.tsmigrate_unreachable = True  # type: ignore[union-attr]
                     raise
                 time.sleep(policy.get_retry_delay(attempt, exc, api))
                 attempt += 1
@@ -230,7 +241,7 @@ def retrying(
             return fn()
         except Exception as exc:
             retry = rejected(exc) or (idempotent and ambiguous(exc))
-            if not retry or attempt >= policy.max_retries:
+            if not retry or attempt >= policy.max_retries or unreachable(exc):
                 raise
             time.sleep(policy.get_retry_delay(attempt, exc, api))
             attempt += 1

@@ -28,6 +28,19 @@ from tsmigrate.errors import TsmigrateError
 from tsmigrate.render import duration
 
 
+class InterruptedOutsideSteps(TsmigrateError):
+    """Ctrl-C while apply was not running one of the plan's steps."""
+
+    exit_code = 130  # as ApplyInterrupted, and as a shell reports SIGINT
+
+    def __init__(self) -> None:
+        super().__init__(
+            "apply interrupted (Ctrl-C) outside the plan's steps (planning, waiting for the lock, "
+            "or continuing an earlier run's rewrite or reindex); what was done stays done: run "
+            "`tsmigrate apply` again to resume, it plans from the live state and continues from there"
+        )
+
+
 class _Bar:
     """A progress bar created at the first step, so it never draws under the prompt."""
 
@@ -193,6 +206,14 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
             click.echo(json.dumps(_result("refused", seen["plan"], seen["findings"], 0, str(exc),
                                           target=seen["target"]), indent=2))
         raise
+    except KeyboardInterrupt:
+        # Outside the plan's steps (a step's own interrupt is ApplyInterrupted): while planning,
+        # waiting for the lock, or continuing an earlier run's rewrite or reindex.
+        stopped = InterruptedOutsideSteps()
+        if as_json:
+            click.echo(json.dumps(_result("interrupted", seen["plan"], seen["findings"], 0,
+                                          str(stopped), target=seen["target"]), indent=2))
+        raise stopped from None
     finally:
         bar.stop()
         rewrite_progress.close()

@@ -4,6 +4,7 @@ loading the project's models and inspecting the target."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 # "lint found an error" (plan printed it; apply refused to run).
 EXIT_CHANGES = 2
 EXIT_LINT_ERROR = 3
+# stdout closed by its reader (`plan | head -1`): what a shell reports for a tool that SIGPIPE
+# ended (128 + 13), as `cat` or `yes` end there. Not 0: the output asked for was not all
+# delivered, and 0 or 2 would be a false answer to `plan --detailed-exitcode`; not 1 either:
+# nothing went wrong with the target, and no error is printed.
+EXIT_BROKEN_PIPE = 141
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -44,8 +50,29 @@ def reports_errors(command: F) -> F:
         except TsmigrateError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
             sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            _discard_stdout()
+            sys.exit(EXIT_BROKEN_PIPE)
+        except SystemExit as exc:
+            # A rich Console that met a closed stdout has already pointed it at /dev/null and
+            # exits 1 from inside its ``except BrokenPipeError``: the same quiet end as above.
+            if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
+                sys.exit(EXIT_BROKEN_PIPE)
+            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered
+    does not fail again at exit ("Exception ignored ... BrokenPipeError", status 120)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's captured output)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 models_option = click.option(

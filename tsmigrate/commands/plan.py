@@ -22,15 +22,16 @@ from tsmigrate.commands.common import (
 )
 
 
-def _with_rewrite_costs(project, target, live, result):
-    """Estimate what each rewrite_table step copies (split points of the live source); a
-    rewrite that could outlive its source's stream records stops plan (StreamTooShort)."""
+def _with_rewrite_costs(project, target, live, catalog, result):
+    """Estimate what each rewrite_table step copies (the ranges apply cuts, every version) and
+    how long, at a rate measured on the instance; a rewrite that could outlive its source's
+    stream records stops plan (StreamTooShort)."""
     from tsmigrate import adapter
     from tsmigrate.rewrite.cost import with_costs
     from tsmigrate.target import connect
 
     with adapter.service_errors(target.describe()), connect(project, target) as client:
-        return with_costs(client, result, live=live)
+        return with_costs(client, result, live=live, models=catalog)
 
 
 def _with_rewrites_ahead(project, target, live, catalog, result):
@@ -89,16 +90,14 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
                        finished_rewrites=finished)
     result = _with_rewrites_ahead(proj, target, live, catalog, result)
     findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
-    shown = result
     if any(step.kind == "rewrite_table" for step in result.steps):
         # Before --out is written: a rewrite refused here leaves no plan file behind.
-        shown = _with_rewrite_costs(proj, target, live, result)
+        result = _with_rewrite_costs(proj, target, live, catalog, result)
     if out is not None:
-        # The file holds the steps apply will plan again (a rewrite's cost is an estimate shown
-        # to the reader, not part of the step apply compares).
+        # The file carries a rewrite's cost as the JSON output does; apply's comparison of the
+        # file's steps with its own leaves the cost out (an estimate, not part of the step).
         document = plan_document(result, target.identity, findings, prune=prune)
         out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    result = shown
     if fmt == "json":
         click.echo(plan_json(result, findings), nl=False)
     elif fmt == "markdown":

@@ -47,6 +47,31 @@ def show(models: tuple[str, ...], project: Path | None, fmt: str) -> None:
         click.echo(catalog.to_json())
     else:
         click.echo(catalog_text(catalog), nl=False)
+        for line in _family_lines(catalog):
+            click.echo(line)
+
+
+def _family_lines(catalog) -> list[str]:
+    """A line per table family: the month tables plan creates now (the template is shown as
+    its table above; no table has the template's own name), and what happens to old months."""
+    from datetime import datetime, timezone
+
+    from tsmigrate.model import registered_models
+
+    tables = {t.source: t for t in catalog.tables}
+    families = {m._qualname(): m for m in registered_models()  # a class defined again replaces
+                if m._qualname() in tables and m.table_family() is not None}
+    lines = []
+    for source, model in families.items():
+        family, template = model.table_family(), tables[source]
+        names = [family.table_name(template.name, m)
+                 for m in family.planned_months(datetime.now(timezone.utc))]
+        kept = (f"months past {family.retain} are archived to {family.archive} and dropped"
+                if family.retain else "every month is kept")
+        lines.append(f"\nfamily {template.name}: one table per UTC month of {family.field}, each as "
+                     f"table {template.name} above; plan creates {', '.join(names)} (this month "
+                     f"and {family.ahead} ahead); {kept}")
+    return lines
 
 
 @click.command()

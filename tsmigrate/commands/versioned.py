@@ -69,6 +69,7 @@ def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, insta
           make_move: Any, *, allow_destructive: bool, allow_older: bool, workers: int, dask: Any,
           max_rows_per_s: Any, lock_timeout: float, dry_run: bool) -> None:
     from tsmigrate import adapter
+    from tsmigrate.errors import ApplyRefused
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.target import connect
@@ -86,10 +87,16 @@ def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, insta
             if not allow_older:
                 runner.check_package(package, last)
             move = make_move(directory, last)
-            runner.refusals(move, allow_destructive=allow_destructive)
+            try:  # a dry run shows the calls either way, and says what the run would refuse
+                runner.refusals(move, allow_destructive=allow_destructive)
+                refused = ""
+            except ApplyRefused as exc:
+                refused = str(exc).removesuffix("; nothing was changed")
             _describe(console, directory, move)
             for line in runner.calls(move, directory):
                 click.echo(line)
+            if refused:
+                err_console.print(f"note: without --dry-run this is refused: {refused}", markup=False)
             return
         report = _Report(console)
         settings = runner.Settings(
@@ -255,6 +262,24 @@ def current_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _uncaptured(project: Any, head: Any) -> list[Any]:
+    """The steps that would bring the schema at head (``head``) to the models: changes made to
+    the models that no revision captures yet (what `tsmigrate check` reports, exit 7)."""
+    from tsmigrate.commands.common import load_catalog
+    from tsmigrate.plan import make_plan
+    from tsmigrate.versions.check import without_families
+
+    # Revisions written by hand need no models: compare only the models the project declares.
+    declared_here = "models" in project.settings or any(
+        (project.root / name).is_dir() or (project.root / f"{name}.py").is_file()
+        for name in project.models)
+    if not declared_here:
+        return []
+    _, declared = load_catalog(project.root, project.models)
+    versioned = without_families(declared, head)
+    return list(make_plan(versioned.schema, versioned.models, prune=True).steps)
+
+
 def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any, fmt: str,
                    detailed_exitcode: bool) -> None:
     """`plan` in a versioned project: the revisions `upgrade head` would run, and any drift
@@ -287,6 +312,7 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
             pending.append(collected)
             catalog = collected.catalog_after
     drift = make_plan(live, runner.catalog_of(directory, known), bookkeeping=(STATE_TABLE,))
+    uncaptured = _uncaptured(project, catalog) if len(heads) == 1 and not data["unknown"] else []
     if fmt == "json":
         click.echo(json.dumps({
             "workflow": "versioned", "target": target.describe(), **data,
@@ -294,6 +320,7 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
             "pending": [{"revision": c.revision, "message": directory.scripts[c.revision].message,
                          "operations": [op.to_dict() for op in c.operations]} for c in pending],
             "drift": drift.to_dict(),
+            "uncaptured": [step.summary() for step in uncaptured],
         }, indent=2))
     else:
         console = Console(highlight=False, soft_wrap=True)
@@ -317,5 +344,11 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
             console.print(plan_text(drift), end="")
         else:
             click.echo("no drift: the instance matches the schema of its applied revisions")
-    if detailed_exitcode and (pending or drift.has_changes):
+        if uncaptured:
+            click.echo(f"\nthe models have {len(uncaptured)} change(s) no revision captures "
+                       "(tsmigrate revision --autogenerate -m ... writes them; upgrade does not "
+                       "apply them until then):")
+            for step in uncaptured:
+                click.echo(f"  {step.symbol:>3} {step.summary()}  [{step.risk}]")
+    if detailed_exitcode and (pending or drift.has_changes or uncaptured):
         sys.exit(EXIT_CHANGES)

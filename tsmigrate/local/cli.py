@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
@@ -27,7 +28,8 @@ def local() -> None:
     show_default=True,
     help="Address to bind; any other than loopback needs your own --access-key-secret.",
 )
-@click.option("--port", default=8801, show_default=True, type=int, help="Port (0: any free port).")
+@click.option("--port", default=8801, show_default=True, type=click.IntRange(0, 65535),
+              help="Port (0: any free port).")
 @click.option(
     "--data",
     "data_dir",
@@ -114,6 +116,10 @@ def serve(
     except StorageUnwritable as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
+        if e.filename is not None:  # the data directory, not the socket (bind errors name no file)
+            raise click.ClickException(
+                f"cannot use --data {data_dir}: {e.strerror}: {e.filename}"
+            ) from None
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
     stop = threading.Event()
 
@@ -131,3 +137,46 @@ def serve(
         pass
     server.close()
     click.echo("stopped", err=True)
+
+
+@local.command(short_help="Print the endpoint and instance of the project's running local server.")
+@click.option("--project", type=click.Path(file_okay=False), default=None,
+              help="Project directory (default: the one holding the nearest pyproject.toml).")
+@click.option("--format", "fmt", type=click.Choice(["env", "json"]), default="env", show_default=True,
+              help="env: TSMIGRATE_ENDPOINT=... and TSMIGRATE_INSTANCE=... lines (for export); "
+                   "json: endpoint, instance, instances, access_key_id, pid.")
+def endpoint(project: str | None, fmt: str) -> None:
+    """Print the endpoint and instance of the `tsmigrate local serve` running on the project's
+    .tsmigrate/local (the one commands join); exit 1 when none runs there."""
+    import json
+
+    from tsmigrate.local.ownership import project_server
+
+    root = _project_root(project)
+    holder = project_server(root)
+    if holder is None:
+        raise click.ClickException(
+            f"no tsmigrate local serve runs on {root / '.tsmigrate' / 'local'}: start one with "
+            f"tsmigrate local serve --data {root / '.tsmigrate' / 'local'}"
+        )
+    instance = holder.instances[0] if holder.instances else "local"
+    if fmt == "json":
+        click.echo(json.dumps({"endpoint": holder.endpoint, "instance": instance,
+                               "instances": list(holder.instances), "access_key_id": holder.access_key_id,
+                               "pid": holder.pid}, indent=2))
+    else:
+        click.echo(f"TSMIGRATE_ENDPOINT={holder.endpoint}\nTSMIGRATE_INSTANCE={instance}")
+
+
+def _project_root(project: str | None) -> Path:
+    """The project directory as other commands find it (the nearest pyproject.toml), else the
+    working directory."""
+    from tsmigrate.config import load_project
+    from tsmigrate.errors import TsmigrateError
+
+    if project is not None:
+        return Path(project)
+    try:
+        return load_project(None).root
+    except TsmigrateError:
+        return Path.cwd()

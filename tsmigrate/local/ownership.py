@@ -128,3 +128,12 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def project_server(project_root: str | Path = ".") -> Holder | None:
+    """The `tsmigrate local serve` running on a project's own local data (``.tsmigrate/local``
+    under ``project_root``), as it published itself (endpoint, instances, access key id); None
+    when none runs there (an embedded instance of a running command serves that command only).
+    What a script reaching the project's local server needs, without reading `owner.json`."""
+    holder = _read_note(str(Path(project_root) / ".tsmigrate" / "local"))
+    return holder if holder is not None and holder.joinable else None

@@ -57,12 +57,17 @@ class Check:
         return (self.old_total == self.new_total and not self.only_old and not self.only_new
                 and not self.order_differs)
 
+    @property
+    def label(self) -> str:
+        """The pattern and its query in words, once when they are the same ("every row")."""
+        return self.pattern if self.query == self.pattern else f"{self.pattern}: {self.query}"
+
     def text(self) -> str:
         if self.old_total is None:
-            return (f"{self.pattern}: {self.query}: {self.new_total} rows "
+            return (f"{self.label}: {self.new_total} rows "
                     "(new index only: the old cannot run it)")
         if self.same:
-            return f"{self.pattern}: {self.query}: {self.new_total} rows on both"
+            return f"{self.label}: {self.new_total} rows on both"
         parts = [f"{self.old_total} rows on the old index, {self.new_total} on the new"]
         if self.only_old:
             parts.append(f"only the old finds {', '.join(self.only_old)}")
@@ -70,7 +75,7 @@ class Check:
             parts.append(f"only the new finds {', '.join(self.only_new)}")
         if self.order_differs:
             parts.append("the rows come in another order")
-        return f"{self.pattern}: {self.query}: {'; '.join(parts)}"
+        return f"{self.label}: {'; '.join(parts)}"
 
 
 def _converted(field: SearchField, value: Any) -> Any:

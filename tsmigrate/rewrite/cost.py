@@ -1,5 +1,7 @@
 """What a planned rewrite will cost, for ``tsmigrate plan``: the data to copy from the source's
-split points (ComputeSplitPointsBySize, a read call), and the time at a stated rate.
+split points (ComputeSplitPointsBySize, a read call), scaled to every version the copy reads (a
+sampled read), in the key ranges apply will cut, and the time at a rate measured on the instance
+(the last rewrite's backfill, else the sampled read's), saying which.
 
 And whether the source's stream keeps its records that long: capture keeps its place at a record
 until the split the record falls in has been copied, so a record written as the copy starts must
@@ -11,6 +13,8 @@ verification take more than ``STREAM_MARGIN`` of the stream's expiration (``chec
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -18,12 +22,17 @@ import attrs
 from tsmigrate import ops
 from tsmigrate.plan import Plan
 from tsmigrate.rewrite import machine, prepare
-from tsmigrate.schema import Catalog, StreamSpec, physical
+from tsmigrate.schema import Catalog, StreamSpec, Table, physical
 from tsmigrate.validate import MAX_STREAM_HOURS
 
-# The copy rate the estimate assumes, stated in every output (bench/rewrite.py measures yours).
-RATE_MB_S = 20.0
+# A copy rate to state instead of measuring one (tests set it); None: plan measures the rate on
+# the instance, from the last rewrite's backfill or else a sampled read (``measured_rate``).
+RATE_MB_S: float | None = None
+# The rate assumed when there is nothing to measure (no earlier rewrite, no row to sample).
+ASSUMED_MB_S = 20.0
 MB = 1024 * 1024
+# Rows a plan reads from the source's ranges to count versions and time a read.
+SAMPLE_ROWS = 1000
 
 # Copy and verification together, as a multiple of the copy's time. Verification reads the whole
 # target once more, and the source again for the splits capture touched: reads without the copy's
@@ -117,24 +126,170 @@ def check_stream(source: str, target: str, projection: Projection, stream: Strea
     )
 
 
-def with_costs(client: Any, plan: Plan, rate_mb_s: float | None = None,
-               live: Catalog | None = None) -> Plan:
-    """``plan`` with every rewrite_table step's cost estimated from the live source. With the
-    ``live`` catalog the plan was made from, a rewrite that could outlive its source's stream
-    records (the stream as the steps before it leave it) raises StreamTooShort."""
+@attrs.frozen
+class ReadSample:
+    """Rows read from the start of every range: their bytes with the versions the copy reads
+    and with the newest only, and the seconds the reads with every version took."""
+
+    rows: int
+    bytes_all: int
+    bytes_newest: int
+    seconds: float
+    whole: bool = False  # every range was read to its end: bytes_all is the table's size
+
+    @property
+    def versions_factor(self) -> float:
+        return self.bytes_all / self.bytes_newest if self.bytes_newest else 1.0
+
+
+def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
+                n: int = SAMPLE_ROWS) -> ReadSample:
+    """Read about ``n`` rows of ``table`` from the start of ``ranges`` (read calls only), with
+    ``versions`` versions a cell and again with the newest: split points (on the local server,
+    as its docstring says) size the newest versions, the copy reads ``versions``."""
+    from tsmigrate.local.plainbuffer import decode_rows
+    from tsmigrate.rawclient import RawClient
+    from tsmigrate.rewrite import copy
+
+    raw = RawClient(client)
+    per_range = min(copy.PAGE_ROWS, max(1, math.ceil(n / max(1, len(ranges)))))
+    rows = bytes_all = bytes_newest = 0
+    seconds = 0.0
+    whole = True
+    for split in ranges:
+        started = time.perf_counter()
+        buf, more = copy.read_page(raw, table, split.start_bytes, split.end_bytes, per_range, versions)
+        seconds += time.perf_counter() - started
+        whole = whole and more is None
+        if not buf:
+            continue
+        rows += len(decode_rows(buf))
+        bytes_all += len(buf)
+        if versions > 1:
+            newest, _ = copy.read_page(raw, table, split.start_bytes, split.end_bytes, per_range, 1)
+            bytes_newest += len(newest)
+        else:
+            bytes_newest += len(buf)
+    return ReadSample(rows, bytes_all, bytes_newest, seconds, whole)
+
+
+def newest_bytes(client: Any, table: str, want: int = 64) -> int:
+    """The size of ``table``'s newest versions from its split points. A split ends once it holds
+    the unit, at the next change of partition key (first key column), so ``points x unit``
+    undercounts when partitions are large against the unit: at a fine enough unit every
+    partition is a split of its own (the finest count gives the partitions, P). Each split then
+    overshoots the unit by about half a partition (S / 2P), so S = n u / (1 - n / 2P) at a unit
+    u giving n = points + 0.5 splits' worth, taken where the splits are at most half the
+    partitions (the unit still decides them)."""
+    from tsmigrate.rawclient import RawClient
     from tsmigrate.rewrite import splits
 
-    rate = rate_mb_s or RATE_MB_S  # read at the call: tests lower the module's rate
+    raw = RawClient(client)
+    unit, seen = splits.DEFAULT_UNIT, []
+    while True:
+        found = raw.compute_split_points_by_size(table, 1, None if unit == splits.DEFAULT_UNIT else unit)
+        seen.append((unit, len(found.points)))
+        if len(found.points) + 1 >= want or unit <= splits.MIN_UNIT:
+            break
+        unit = max(splits.MIN_UNIT, unit // 16)
+    finest_unit, finest = seen[-1]
+    if finest + 1 >= want:  # the unit decides the splits: within one unit of the size
+        return int((finest + 0.5) * finest_unit)
+    partitions = finest + 1
+    decided = [(u, n) for u, n in seen if 0 < n + 1 <= partitions / 2] or [(finest_unit, finest)]
+    unit, points = decided[-1]
+    n = points + 0.5
+    return int(n * unit / max(0.5, 1 - n / (2 * partitions)))
+
+
+def last_rewrite_rate(client: Any) -> Projection | None:
+    """The rate (bytes a second) the most recent backfill on this instance copied at, from its
+    rewrite row in the state table; None when no rewrite has copied yet."""
+    latest = None
+    for rewrite in machine.all_rewrites(client):
+        backfill = rewrite.get("backfill") or {}
+        if not backfill.get("bytes") or not backfill.get("elapsed_s"):
+            continue
+        if latest is None or rewrite.get("updated_ms", 0) > latest.get("updated_ms", 0):
+            latest = rewrite
+    if latest is None:
+        return None
+    backfill = latest.get("backfill")
+    rate = backfill["bytes"] / backfill["elapsed_s"]
+    return Projection(0, rate, (
+        f"at {rate / MB:.3g} MB/s, measured by the last rewrite on this instance ({latest.source} "
+        f"into {latest.target}: {backfill.get('rows', 0):,} rows, {amount(backfill['bytes'])} in "
+        f"{backfill['elapsed_s']:,.0f} s)"))
+
+
+def measured_rate(client: Any, sampled: ReadSample, at_once: int) -> Projection:
+    """The copy rate plan states: the last rewrite's on this instance, else the sampled read's
+    (``at_once`` ranges read together, as the workers do), else ASSUMED_MB_S, saying which."""
+    last = last_rewrite_rate(client)
+    if last is not None:
+        return last
+    if sampled.rows and sampled.seconds > 0:
+        rate = sampled.bytes_all / sampled.seconds * at_once
+        times = f" x {at_once} workers" if at_once > 1 else ""
+        return Projection(0, rate, (
+            f"at {rate / MB:.3g} MB/s, measured by a sampled read of {sampled.rows:,} rows on this "
+            f"instance{times} (no rewrite has run here yet; the copy also writes, so it may be slower)"))
+    return Projection(0, ASSUMED_MB_S * MB, f"at an assumed {ASSUMED_MB_S:g} MB/s (nothing to "
+                                            "measure: no rewrite has run here and no row was read)")
+
+
+def rewrite_cost(client: Any, source: Table, target_versions: int, workers: int,
+                 rate_mb_s: float | None = None) -> tuple[ops.RewriteCost, Projection]:
+    """What copying ``source`` costs: the ranges apply will cut for ``workers`` workers, the
+    bytes of every version the copy reads (``target_versions``), at a measured (or the given)
+    rate."""
+    from tsmigrate.rewrite import splits
+
+    ranges = splits.compute(client, source, workers)  # as prepare cuts them for apply
+    sampled = sample_read(client, source.name, ranges, target_versions)
+    factor = max(1.0, sampled.versions_factor)
+    # A table the sample read whole has its exact size; else the split points' (newest
+    # versions) times the sample's share of older versions.
+    total = sampled.bytes_all if sampled.whole else int(newest_bytes(client, source.name) * factor)
+    if rate_mb_s:
+        projection = attrs.evolve(stated(total, rate_mb_s), bytes=total)
+    else:
+        at_once = max(1, min(workers, len(ranges)))
+        projection = attrs.evolve(measured_rate(client, sampled, at_once), bytes=total)
+    versions = ("read whole, every version" if sampled.whole else
+                f"every version: {factor:.2g} x the newest, sampled" if factor > 1.005
+                else "every version: one a cell, sampled")
+    basis = f"the ranges apply cuts for {workers} workers; {versions}"
+    return (ops.RewriteCost(total, len(ranges), projection.rate_b_s / MB, projection.rate, basis),
+            projection)
+
+
+def with_costs(client: Any, plan: Plan, rate_mb_s: float | None = None,
+               live: Catalog | None = None, models: Catalog | None = None,
+               workers: int = 4) -> Plan:
+    """``plan`` with every rewrite_table step's cost estimated from the live source. With the
+    ``live`` catalog the plan was made from, a rewrite that could outlive its source's stream
+    records (the stream as the steps before it leave it) raises StreamTooShort. ``models``
+    gives the target's versions (the copy reads as many), ``workers`` apply's workers."""
+    from tsmigrate.rewrite import splits
+
+    rate = rate_mb_s or RATE_MB_S  # read at the call: tests state a slow rate
     state = physical(live) if live is not None else None
     steps = []
     for step in plan.steps:
         if isinstance(step, ops.RewriteTable):
-            size = splits.estimate(client, step.source)
-            step = attrs.evolve(step, cost=ops.RewriteCost(size.bytes, size.splits, rate))
             source = state.table(step.source) if state is not None else None
+            target = models.table(step.table) if models is not None else None
             if source is not None:
-                check_stream(step.source, step.table, stated(size.bytes, rate), source.stream,
-                             "then plan again")
+                versions = target.options.max_versions if target is not None else source.options.max_versions
+                estimate, projection = rewrite_cost(client, source, versions, workers, rate)
+                step = attrs.evolve(step, cost=estimate)
+                check_stream(step.source, step.table, projection, source.stream, "then plan again")
+            else:
+                size = splits.estimate(client, step.source)
+                stated_rate = rate or ASSUMED_MB_S
+                step = attrs.evolve(step, cost=ops.RewriteCost(
+                    size.bytes, size.splits, stated_rate, f"at the stated {stated_rate:g} MB/s"))
         if state is not None:
             state = ops.transform(state, step)
         steps.append(step)

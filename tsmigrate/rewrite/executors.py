@@ -95,6 +95,10 @@ class InProcessExecutor:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+# How long to try to connect to a --dask scheduler (Dask's own default is 30 s of retries).
+DASK_CONNECT_TIMEOUT_S = 10.0
+
+
 class DaskExecutor:
     """Split tasks on a Dask distributed cluster (its scheduler's address, or a Client)."""
 
@@ -106,7 +110,13 @@ class DaskExecutor:
                 "--dask needs Dask distributed: pip install 'tsmigrate[dask]'"
             ) from None
         self._own = not isinstance(address, Client)
-        self.client = Client(address) if self._own else address
+        try:
+            self.client = Client(address, timeout=DASK_CONNECT_TIMEOUT_S) if self._own else address
+        except OSError as exc:  # TimeoutError included: said here, or it reads as the instance's
+            raise TsmigrateError(
+                f"cannot reach the Dask scheduler at {address} (--dask): {exc}; start it, or "
+                "leave out --dask to copy in this process"
+            ) from None
         self.concurrency = max(1, sum(self.client.nthreads().values()))
 
     def submit(self, fn: Callable[..., SplitResult], *args: Any) -> Any:
