@@ -8,6 +8,7 @@ client); everything else in tsmigrate sees only IR values and Steps. Every call 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -73,7 +74,9 @@ def service_errors(target: str) -> Iterator[None]:
     except ts.OTSServiceError as exc:
         hint = ""
         if exc.code == "OTSAuthFailed":
-            hint = " (check ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET and the instance name)"
+            token = ("; ALIBABA_CLOUD_SECURITY_TOKEN is set: an STS token must belong to that key "
+                     "and expires" if os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") else "")
+            hint = f" (check ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET and the instance name{token})"
         raise TargetError(
             f"{target} answered {exc.http_status} {exc.code}: {exc.message}{hint}"
         ) from None

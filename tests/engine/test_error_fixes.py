@@ -254,3 +254,23 @@ def test_downgrade_dry_run_prints_the_calls_and_a_drop_cannot_be_undone(tmp_path
     assert back.returncode == 1, back.stderr
     assert "recreating it gives an empty table" in back.stderr, back.stderr
     assert "t1" not in ots_instance.client().list_table()
+
+
+def test_a_wrong_sts_token_is_named_in_the_hint(tmp_path):
+    import clirun
+
+    from tsmigrate.local.testing import local_tablestore
+
+    with local_tablestore(memory=True, sts_tokens={"the-right-token": "local"}) as ots:
+        environment = {"TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
+                       "ALIBABA_CLOUD_ACCESS_KEY_ID": "local",
+                       "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-secret"}
+        wrong = clirun.run(tmp_path, "status", extra_env={
+            **environment, "ALIBABA_CLOUD_SECURITY_TOKEN": "an-expired-token"})
+        assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+        assert "OTSAuthFailed" in wrong.stderr
+        assert "ALIBABA_CLOUD_SECURITY_TOKEN is set: an STS token must belong to that key" in wrong.stderr
+        assert "an-expired-token" not in wrong.stderr  # never printed
+        right = clirun.run(tmp_path, "status", extra_env={
+            **environment, "ALIBABA_CLOUD_SECURITY_TOKEN": "the-right-token"})
+        assert right.returncode == 0, right.stderr
