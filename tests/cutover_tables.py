@@ -15,6 +15,7 @@ from tsmigrate.service import Rows, routing
 IDENTITY = "local:test"
 TARGET = "counters_by_seq"
 ROWS = 20  # the rows `ready` writes: device d{i % 4}, seq i, count 0, note "start"
+LEASE_S = 0.5  # the routing lease of the rewrite `ready` makes
 
 
 class Counter(Model, table="counters", max_versions=1):
@@ -46,6 +47,12 @@ def ready(ots_instance: Any) -> Any:
     outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
                     rewrite_settings=SETTINGS)
     assert [r.phase for r in outcome.rewrites] == [machine.READY]
+    # Services read the routing under a lease of LEASE_S seconds, which every fence waits out
+    # (when a process does not acknowledge first): a shorter one keeps the fences of these
+    # tests short. Set before any process read the rewrite, as `switch --lease` would for later.
+    rewrite = machine.load(client, TARGET)
+    machine.save(client, rewrite, routing_lease_s=LEASE_S)
+    routing.clear()
     return client
 
 
