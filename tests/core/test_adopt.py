@@ -51,6 +51,7 @@ def _inspected(table: Table) -> Table:
 # fields without a Column, derivations dropped so the next plan wanted to change keys).
 @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(table=valid_tables())
+@pytest.mark.slow
 def test_written_models_compile_back_to_the_same_schema_with_derivations(tmp_path_factory, table):
     compiled = _compile_source(table_source(table), tmp_path_factory.mktemp("adopt"))
     assert _inspected(compiled) == _inspected(table)

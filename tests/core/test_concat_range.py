@@ -33,6 +33,7 @@ def _within(value, lower, upper) -> bool:
 
 @settings(max_examples=400, deadline=None)
 @given(rows=ROWS, data=st.data())
+@pytest.mark.slow
 def test_a_prefix_range_holds_exactly_the_rows_a_filter_keeps(rows, data) -> None:
     k = data.draw(st.integers(0, len(FIELDS) - 1), label="fixed fields")
     source = data.draw(st.sampled_from(rows), label="fixed values from")

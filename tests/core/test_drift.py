@@ -4,6 +4,7 @@ table. Property tests over random catalog evolutions."""
 from __future__ import annotations
 
 import attrs
+import pytest
 from hypothesis import given
 from strategies import catalog_changes, valid_catalogs
 
@@ -12,12 +13,14 @@ from tsmigrate.schema import Catalog, SecondaryIndex, StreamSpec, TableOptions, 
 
 
 @given(valid_catalogs())
+@pytest.mark.slow
 def test_a_catalog_has_no_drift_from_itself_nor_from_its_physical_form(catalog: Catalog):
     assert drift(catalog, catalog) == []
     assert drift(catalog, physical(catalog)) == []  # declarations are not live state
 
 
 @given(catalog_changes())
+@pytest.mark.slow
 def test_every_table_that_differs_is_named_once_with_what_happened(change):
     before, after = change
     found = {d.table: d for d in drift(before, after)}
@@ -30,6 +33,7 @@ def test_every_table_that_differs_is_named_once_with_what_happened(change):
 
 
 @given(valid_catalogs(min_tables=1))
+@pytest.mark.slow
 def test_details_say_what_changed(catalog: Catalog):
     table = catalog.tables[0]
     changed = attrs.evolve(
@@ -51,6 +55,7 @@ def test_details_say_what_changed(catalog: Catalog):
 
 
 @given(valid_catalogs(min_tables=1))
+@pytest.mark.slow
 def test_tables_dropped_on_purpose_are_not_drift(catalog: Catalog):
     gone = catalog.tables[0].name
     assert drift(catalog, Catalog(tables=catalog.tables[1:]), gone_on_purpose={gone}) == []

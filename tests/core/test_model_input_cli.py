@@ -31,6 +31,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("command", ["validate", "lint"])
+@pytest.mark.slow
 def test_a_bad_model_file_is_an_error_at_its_line(tmp_path: Path, command: str):
     for name, (body, message) in CASES.items():
         project = tmp_path / f"{command}_{name}"

@@ -91,6 +91,7 @@ def test_plan_rules_in_json_and_the_plan_file(changed: Path):
     assert json.loads((changed / "plan.json").read_text())["lint"] == shown
 
 
+@pytest.mark.slow
 def test_configured_severity_makes_plan_and_apply_fail_with_exit_3(tmp_path: Path):
     no_pattern = TIME_FIRST.replace('    by_device = AccessPattern(eq=["device_id"])\n', "")
     project = _project(tmp_path, no_pattern,
@@ -173,6 +174,7 @@ def test_the_table_quota_counts_what_is_live(tmp_path: Path):
     assert "[instance.table-quota]" in result.stderr
 
 
+@pytest.mark.slow
 def test_ap501_fix_proposes_a_key_reorder_only_where_the_table_may_not_exist(tmp_path: Path):
     """A key cannot change in place: plan on an existing table proposes an index, plan before
     the table exists a reordered key, and lint (no instance) says which applies when."""

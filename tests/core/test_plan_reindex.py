@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from samples import DAY, events
@@ -167,6 +168,7 @@ def _table(index: SearchIndex) -> Table:
 
 @settings(max_examples=150, deadline=None)
 @given(search_indexes(), search_indexes())
+@pytest.mark.slow
 def test_property_a_changed_index_is_reindexed_never_dropped(old, new):
     plan = make_plan(Catalog([_table(old)]), Catalog([_table(new)]))
     kinds = _kinds(plan)

@@ -40,6 +40,7 @@ CATALOGS = strategies.valid_catalogs(max_tables=3)
 
 @SETTINGS
 @given(CATALOGS)
+@pytest.mark.slow
 def test_dict_and_json_round_trips(catalog: Catalog) -> None:
     data = catalog.to_dict()
     assert data["format"] == FORMAT_VERSION
@@ -163,6 +164,7 @@ def _changed(value: Any) -> Any:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strategies.valid_catalogs(min_tables=1, max_tables=2), st.data())
+@pytest.mark.slow
 def test_changing_any_physical_value_changes_the_fingerprint(catalog: Catalog, data: st.DataObject) -> None:
     original = catalog.to_dict()
     path = data.draw(st.sampled_from(_leaves(original)))

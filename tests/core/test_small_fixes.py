@@ -92,6 +92,7 @@ def _quiet_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
 
 
+@pytest.mark.slow
 def test_importing_the_service_models_prints_no_sdk_notice() -> None:
     """Item 15: a service script (a process of its own: the notice is printed at import)."""
     import subprocess

@@ -1050,6 +1050,7 @@ def test_an_empty_catalog_is_valid() -> None:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strategies.valid_catalogs(max_tables=4))
+@pytest.mark.slow
 def test_generated_catalogs_are_valid(catalog: Catalog) -> None:
     assert validate_catalog(catalog) == []
     names = [t.name for t in catalog.tables]

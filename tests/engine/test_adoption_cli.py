@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from cliproject import run
 
 from tsmigrate.schema import Catalog
@@ -75,6 +76,7 @@ def _planned(cwd: Path, *args: str) -> dict:
     return json.loads(_ok(cwd, "plan", "--format", "json", *args))
 
 
+@pytest.mark.slow
 def test_inspect_after_apply_prints_the_plans_target_fingerprint_derivations_included(tmp_path):
     project = _project(tmp_path)
     planned = _planned(project)
@@ -103,6 +105,7 @@ def test_inspect_after_apply_prints_the_plans_target_fingerprint_derivations_inc
     assert not _planned(project)["has_changes"]
 
 
+@pytest.mark.slow
 def test_write_models_round_trips_to_a_plan_without_changes(tmp_path):
     project = _project(tmp_path)
     _ok(project, "apply", "--yes")

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from cliproject import cli_process, run
 from cliproject import project as make_project
 
@@ -54,6 +55,7 @@ def test_destructive_change_needs_the_flag(tmp_path: Path):
     assert run(project, "plan", "--detailed-exitcode").returncode == 0
 
 
+@pytest.mark.slow
 def test_apply_killed_midway_completes_when_run_again(tmp_path: Path, ots_instance, monkeypatch):
     """The apply in its own process, SIGKILLed while a table is being created after two others
     were; the rerun takes over its lock and finishes."""
@@ -109,6 +111,7 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path, ots_instan
     assert final.returncode == 0, final.stdout + final.stderr
 
 
+@pytest.mark.slow
 def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
     project = make_project(tmp_path, tables=2)
     applied = run(project, "apply", "--yes")
@@ -127,6 +130,7 @@ def test_written_models_of_a_live_instance_compile_back_to_it(tmp_path: Path):
     assert again.returncode == 0, again.stdout
 
 
+@pytest.mark.slow
 def test_a_malformed_plan_file_is_named_with_what_is_wrong(tmp_path: Path):
     project = make_project(tmp_path, tables=1)
     planned = run(project, "plan", "--out", "good.json")
@@ -181,6 +185,7 @@ def test_a_malformed_plan_file_is_named_with_what_is_wrong(tmp_path: Path):
     assert run(project, "plan", "--detailed-exitcode").returncode == 2
 
 
+@pytest.mark.slow
 def test_a_plan_file_carries_prune(tmp_path: Path):
     project = make_project(tmp_path, tables=2)
     applied = run(project, "apply", "--yes")

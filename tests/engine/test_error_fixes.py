@@ -147,6 +147,7 @@ def test_ctrl_c_outside_the_steps_says_apply_resumes(tmp_path: Path, ots_instanc
 # --- item 7: upgrade after apply names stamp ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_upgrade_of_what_apply_created_names_stamp(tmp_path: Path, ots_instance):
     proj = project(tmp_path, tables=1)
     target = _target(ots_instance)
@@ -201,6 +202,7 @@ class T(Model, table={table}):
 """
 
 
+@pytest.mark.slow
 def test_an_unreachable_dask_scheduler_is_named(tmp_path: Path, ots_instance, refused_endpoint: str,
                                                monkeypatch):
     from tsmigrate.rewrite import executors
@@ -228,6 +230,7 @@ VERSIONED = ('[tool.tsmigrate]\nmodels = ["app_models"]\nworkflow = "versioned"\
              'migrations = "migrations"\n')
 
 
+@pytest.mark.slow
 def test_downgrade_dry_run_prints_the_calls_and_a_drop_cannot_be_undone(tmp_path: Path,
                                                                         ots_instance):
     proj = project(tmp_path, tables=2)

@@ -101,6 +101,7 @@ def test_without_tsmigrates_policy_a_fault_surfaces(ots_instance, ots_server_opt
         live_catalog(client)
 
 
+@pytest.mark.slow
 def test_cli_plan_and_apply_converge_in_one_run(tmp_path: Path, ots_instance, ots_server_options,
                                                 fast_retries, monkeypatch):
     """Faults at about 30% on every API, table operations rate-limited too (as `local serve

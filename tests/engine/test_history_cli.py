@@ -38,6 +38,7 @@ def test_no_history_on_a_fresh_instance_and_nothing_created(tmp_path: Path, ots_
     assert STATE_TABLE not in ots_instance.client().list_table()  # reading created nothing
 
 
+@pytest.mark.slow
 def test_applied_steps_newest_first_with_run_outcome_when_and_who(tmp_path: Path, ots_instance):
     proj = project(tmp_path, tables=1)
     assert run(proj, "apply", "--yes", *_target(ots_instance), extra_env=CREDENTIALS).returncode == 0

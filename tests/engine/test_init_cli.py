@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from cliproject import run
 
 if sys.version_info >= (3, 11):
@@ -20,6 +21,7 @@ def _snapshot(root: Path) -> dict[str, bytes | None]:
             for p in sorted(root.rglob("*")) if ".tsmigrate" not in p.parts}
 
 
+@pytest.mark.slow
 def test_init_in_an_empty_directory_then_plan_and_apply(tmp_path: Path):
     created = run(tmp_path, "init")
     assert created.returncode == 0, created.stderr

@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import tablestore
 from cliproject import PacingClock
 from cliproject import project as make_project
@@ -19,6 +20,7 @@ from tsmigrate.local.server import TABLE_OPS_WINDOW_S
 TABLES = 12  # more than the limit: ListTable + 12 DescribeTable cannot fit one second unpaced
 
 
+@pytest.mark.slow
 def test_plan_apply_inspect_stay_within_the_table_operation_limit(
     tmp_path: Path, ots_instance, ots_server_options, monkeypatch
 ):

@@ -232,6 +232,7 @@ def _project(root: Path, fields: str) -> Path:
 
 
 @pytest.mark.parametrize("stage", ["create", "build", "verify", "shift", "switch", "drop"])
+@pytest.mark.slow
 def test_cli_killed_at_each_stage_resumes_there(stage, tmp_path, ots_instance, ots_server_options):
     client = ots_instance.client()
     target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
@@ -277,6 +278,7 @@ def test_cli_killed_at_each_stage_resumes_there(stage, tmp_path, ots_instance, o
         ("kind", "KEYWORD"), ("n", "LONG"), ("tag", "TEXT"), ("title", "TEXT")]
 
 
+@pytest.mark.slow
 def test_cli_plan_shows_the_reindex_in_every_format_and_weights_are_checked(tmp_path, ots_instance):
     target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
     proj = _project(tmp_path, OLD_FIELDS)

@@ -199,6 +199,7 @@ def test_steps_left_started_are_marked_interrupted(ots_client):
     assert "interrupted" not in apply(ots_client, Catalog([events()]), target_identity=IDENTITY).note
 
 
+@pytest.mark.slow
 def test_lease_is_renewed_while_a_step_waits_for_an_index_build(ots_instance, ots_server_options,
                                                                  monkeypatch):
     monkeypatch.setattr(state_module, "LEASE_S", 2.0)  # renewed every 0.4 s

@@ -78,6 +78,7 @@ def _whole_row(name: str) -> bool:
 
 
 @pytest.mark.parametrize("name", MALFORMED)
+@pytest.mark.slow
 def test_every_command_names_the_malformed_row(tmp_path: Path, ots_instance, name: str):
     rows, expected = MALFORMED[name]
     _plant(ots_instance.client(), rows)

@@ -10,6 +10,7 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
 import rewrite_tables as rt
 import tablestore as ts
 from cliproject import CREDENTIALS, project, run
@@ -51,6 +52,7 @@ def test_a_fresh_instance_says_nothing_was_applied(tmp_path: Path, ots_instance)
     assert STATE_TABLE not in ots_instance.client().list_table()  # status created nothing
 
 
+@pytest.mark.slow
 def test_after_an_apply_no_drift_and_the_last_run(tmp_path: Path, ots_instance):
     proj = project(tmp_path, tables=1)
     assert _cli(proj, ots_instance, "apply", "--yes").returncode == 0
@@ -93,6 +95,7 @@ def test_a_lock_held_by_another_run_names_the_holder(tmp_path: Path, ots_instanc
     assert "its holder is gone (its lease ran out)" in text and "tsmigrate unlock" in text
 
 
+@pytest.mark.slow
 def test_drift_made_outside_tsmigrate_is_listed(tmp_path: Path, ots_instance):
     proj = project(tmp_path, tables=2)
     assert _cli(proj, ots_instance, "apply", "--yes").returncode == 0
@@ -117,6 +120,7 @@ def test_drift_made_outside_tsmigrate_is_listed(tmp_path: Path, ots_instance):
     assert {"table": "t1", "kind": "missing", "details": []} in data["drift"]["tables"]
 
 
+@pytest.mark.slow
 def test_a_rewrite_in_progress_shows_its_phase_and_rows(tmp_path: Path, ots_instance):
     proj = tmp_path
     (proj / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')

@@ -67,6 +67,7 @@ def traced_peak(call: Callable[[], Any]) -> tuple[Any, int]:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_a_range_of_big_rows_is_paged_at_4_mb_reading_only_the_page(big_rows: OTSClient) -> None:
     (_, next_pk, rows, _), peak = traced_peak(
         lambda: big_rows.get_range("big", "FORWARD", *FULL, max_version=1)
@@ -91,6 +92,7 @@ def test_a_page_with_versions_or_a_limit_is_bounded_too(big_rows: OTSClient) -> 
     assert peak < 32 * MiB, f"traced peak {peak / MiB:.0f} MiB"
 
 
+@pytest.mark.slow
 def test_batch_get_answers_at_most_4_mb_and_fails_the_rest_retryably(big_rows: OTSClient) -> None:
     def batch(ids: list[int]) -> Any:
         request = BatchGetRowRequest()

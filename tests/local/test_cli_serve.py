@@ -19,6 +19,7 @@ from tablestore import (
 from tablestore.retry import NoRetryPolicy
 
 
+@pytest.mark.slow
 def test_serve_prints_endpoint_and_stops_on_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve"]
     cmd += ["--port", "0", "--data", str(tmp_path), "--instance", "dev", "--access-key-id", "me"]

@@ -69,6 +69,7 @@ def _create(client: OTSClient, name: str) -> None:
     client.create_table(TableMeta(name, [("id", "INTEGER")]), TableOptions(), CU0)
 
 
+@pytest.mark.slow
 def test_second_serve_on_a_directory_is_refused_naming_the_holder(tmp_path: Path) -> None:
     with serving(tmp_path) as (first, endpoint):
         second = refused_serve(tmp_path, "--port", "0", "--data", str(tmp_path))
@@ -92,6 +93,7 @@ def test_second_server_in_process_is_refused(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_a_dead_owner_is_taken_over_and_its_rows_kept(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
@@ -138,6 +140,7 @@ def _apply(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return clirun.run(project, "apply", "--yes", extra_env=env)
 
 
+@pytest.mark.slow
 def test_embedded_instance_talks_to_the_server_running_on_its_directory(tmp_path: Path) -> None:
     project = _project(tmp_path)
     data = project / ".tsmigrate" / "local"
@@ -155,6 +158,7 @@ def test_embedded_instance_talks_to_the_server_running_on_its_directory(tmp_path
         assert {"accounts", "made_by_serve"} <= set(ots.client().list_table())
 
 
+@pytest.mark.slow
 def test_embedded_instance_needs_the_running_servers_key(tmp_path: Path) -> None:
     project = _project(tmp_path)
     data = project / ".tsmigrate" / "local"
@@ -223,6 +227,7 @@ class _PollClock:
         self.now += seconds
 
 
+@pytest.mark.slow
 def test_embedded_instance_waits_for_another_commands_then_gives_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,6 +249,7 @@ def test_embedded_instance_waits_for_another_commands_then_gives_up(
         proc.wait()
 
 
+@pytest.mark.slow
 def test_embedded_instance_opens_the_directory_once_the_other_command_is_done(tmp_path: Path) -> None:
     proc = _hold_as_embedded(tmp_path)
     waiting = threading.Event()

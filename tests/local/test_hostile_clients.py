@@ -127,6 +127,7 @@ def test_pre_auth_connections_announcing_64_mib_cost_no_memory(ots: LocalTablest
     assert peak < 32 * MiB, f"traced peak {peak / MiB:.0f} MiB"
 
 
+@pytest.mark.slow
 def test_idle_connections_cost_no_thread_and_are_closed(ots: LocalTablestore) -> None:
     http = ots.server._http
     ots.client().list_table()  # warm up: the worker pool has started a thread
@@ -155,6 +156,7 @@ def test_connections_are_capped_and_a_new_client_is_still_served(ots: LocalTable
             sock.close()
 
 
+@pytest.mark.slow
 def test_a_slow_request_times_out(ots: LocalTablestore) -> None:
     ots.server.limits.request_timeout_s = 0.5
     with connect(ots) as slow, connect(ots) as slow_body:

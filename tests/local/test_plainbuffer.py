@@ -252,6 +252,7 @@ def test_sdk_python_reader_reads_our_row(row: tuple[list, list]) -> None:
 
 @SETTINGS
 @given(st.lists(rows(), max_size=4))
+@pytest.mark.slow
 def test_sdk_python_reader_reads_our_rows(batch: list) -> None:
     encoded = [pb.assemble_row(*pb.encode_primary_key_cells(pk),
                                [pb.encode_cell(*c) for c in cells]) for pk, cells in batch]

@@ -225,6 +225,7 @@ def test_fuzzy_analyzer_finds_substrings(client: OTSClient) -> None:
     assert total(client, MatchQuery("name", "巴")) == 190
 
 
+@pytest.mark.slow
 def test_dictionary_analyzers_segment_words(client: OTSClient) -> None:
     per_title = ROWS // len(TITLES)
     # max_word: 菊花茶 is 菊花, 花茶 and 菊花茶; any of them matches (OR).

@@ -354,6 +354,7 @@ def test_get_range_pages_both_directions(ots_client: OTSClient) -> None:
     assert e.message == "The limit must be greater than 0."
 
 
+@pytest.mark.slow
 def test_get_range_pages_of_5000_and_filters(ots_client: OTSClient) -> None:
     make_table(ots_client)
     put_many(ots_client, "t", range(5200))

@@ -152,6 +152,7 @@ def test_520_slowloris_sockets_do_not_shut_out_clients_with_the_secret(
         attack.close()
 
 
+@pytest.mark.slow
 def test_a_stalled_head_is_cut_at_the_header_deadline_not_the_request_timeout(ots: LocalTablestore) -> None:
     ots.server.limits.header_timeout_s = 0.5  # and request_timeout_s stays 60 s
     with connect(ots) as slow, connect(ots) as silent:
@@ -161,6 +162,7 @@ def test_a_stalled_head_is_cut_at_the_header_deadline_not_the_request_timeout(ot
     assert ots.client().list_table() == ()
 
 
+@pytest.mark.slow
 def test_a_trusted_keep_alive_connection_outlives_the_header_deadline(ots: LocalTablestore) -> None:
     http = ots.server._http
     ots.server.limits.header_timeout_s = 0.3

@@ -48,6 +48,7 @@ def freeze(ots: LocalTablestore) -> float:
     return frozen
 
 
+@pytest.mark.slow
 def test_concurrent_increments_all_count(ots_instance: LocalTablestore) -> None:
     threads, steps = 16, 40
     client = ots_instance.client()

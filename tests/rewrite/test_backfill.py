@@ -89,6 +89,7 @@ def test_fn_may_not_change_a_key_column_or_return_a_non_dict() -> None:
 # --- on the local server -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_backfill_changes_every_row_in_parallel_and_a_rerun_changes_nothing_twice(ots_instance) -> None:
     client = _setup(ots_instance, 2500)
     job = backfill.start_or_resume(client, "rev1/000", br.TABLE, "backfill_fns:fill_region", None)

@@ -21,6 +21,7 @@ def _normalize(rows):
     ]
 
 
+@pytest.mark.slow
 def test_copying_every_split_gives_the_transformed_source_with_timestamps(ots_instance) -> None:
     spec, job, client = rt.setup(ots_instance, 0)
     now_ms = rt.fill(client, 1500)
@@ -37,6 +38,7 @@ def test_copying_every_split_gives_the_transformed_source_with_timestamps(ots_in
     assert all(checkpoints.split_done(client, job.id, s.index) for s in ranges)
 
 
+@pytest.mark.slow
 def test_a_split_task_killed_after_a_page_resumes_without_losing_or_doubling(ots_instance, monkeypatch):
     spec, job, client = rt.setup(ots_instance, 1200)
     monkeypatch.setattr("tsmigrate.rewrite.copy.PAGE_ROWS", 250)
@@ -76,6 +78,7 @@ def test_the_sample_check_finds_a_row_the_transform_rejects_before_anything_is_w
     assert rt.read_all(client, job.target) == []
 
 
+@pytest.mark.slow
 def test_a_jobs_ranges_are_kept_so_a_resumed_rewrite_copies_the_same_ones(ots_instance) -> None:
     _, job, client = rt.setup(ots_instance, 2000)
     first = splits.plan(client, job.id, job.source, workers=4)

@@ -58,6 +58,7 @@ def test_both_models_write_the_source_until_the_switch_cases_a_b_c(ready):
     assert old.get(device="d2", seq=2).note == "new second"
 
 
+@pytest.mark.slow
 def test_switch_then_writes_go_to_the_target_revert_keeps_them_finish_needs_the_switch(ready):
     client = ready
     old, new = Rows(Counter, client), Rows(CounterV2, client)
@@ -95,6 +96,7 @@ def test_switch_then_writes_go_to_the_target_revert_keeps_them_finish_needs_the_
     assert new.get(seq=200, device="dY").count == 5
 
 
+@pytest.mark.slow
 def test_a_write_to_the_target_before_the_switch_refuses_it_unless_accepted(ready):
     client = ready
     client.put_row("counters_by_seq", ts.Row([("seq", 5), ("device", "d1")], [("note", "raw sdk")]),
@@ -105,6 +107,7 @@ def test_a_write_to_the_target_before_the_switch_refuses_it_unless_accepted(read
     assert _switch(client, accept_target_writes=True).phase == machine.SWITCHED
 
 
+@pytest.mark.slow
 def test_writers_on_both_models_through_a_switch_and_a_revert_lose_no_increment(ready):
     _busy_switch_and_revert(ready)
 
@@ -159,6 +162,7 @@ def _busy_switch_and_revert(client) -> dict[int, int]:
     return acknowledged
 
 
+@pytest.mark.slow
 def test_a_second_switch_after_a_busy_revert_then_finish_keeps_every_increment(ready):
     client = ready
     acknowledged = _busy_switch_and_revert(client)
@@ -220,6 +224,7 @@ def _cli(tmp_path, ots, *args: str):
     return result
 
 
+@pytest.mark.slow
 def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     routing.clear()
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
@@ -280,6 +285,7 @@ def test_plan_says_what_a_model_needs_when_its_key_cannot_locate_rows_in_the_oth
     assert need in step["reason"]
 
 
+@pytest.mark.slow
 def test_async_rows_route_by_the_phase_too(ready, ots_instance):
     import asyncio
 
@@ -309,6 +315,7 @@ def test_async_rows_route_by_the_phase_too(ready, ots_instance):
     assert _raw(client, "counters", [("device", "dA"), ("seq", 401)]) is None  # until reverse capture
 
 
+@pytest.mark.slow
 def test_a_fence_left_up_holds_writes_then_says_so_and_an_unreadable_state_stops_them(
         ready, monkeypatch):
     client = ready
@@ -347,6 +354,7 @@ def _eventually(check, deadline_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_follow_hands_over_to_switch_and_revert_then_captures_the_phases_direction(ready):
     client = ready
     stop = threading.Event()
@@ -383,6 +391,7 @@ def test_follow_hands_over_to_switch_and_revert_then_captures_the_phases_directi
     assert not followed, followed
 
 
+@pytest.mark.slow
 def test_a_switch_killed_on_another_host_is_taken_over_once_its_short_lease_runs_out(ready):
     client = ready
     target = CounterV2.table_name()

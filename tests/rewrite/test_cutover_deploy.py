@@ -405,6 +405,7 @@ def test_a_switch_killed_in_its_fence_is_undone_by_revert(ready, ots_instance, t
 # --- 3. status lists the clients; switch says how long writes were held ------------------------
 
 
+@pytest.mark.slow
 def test_status_lists_the_clients_with_their_side_and_switch_says_how_long_writes_were_held(
         ready, ots_instance, tmp_path):
     from clirun import run

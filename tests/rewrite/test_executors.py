@@ -22,6 +22,7 @@ def _same(client, job) -> bool:
     return norm(rt.read_all(client, job.target)) == norm(rt.expected_target(client, job))
 
 
+@pytest.mark.slow
 def test_threads_copy_every_split_and_report_progress(ots_instance) -> None:
     spec, job, client = rt.setup(ots_instance, 2000)
     ranges = splits.plan(client, job.id, job.source, workers=3)
@@ -128,6 +129,7 @@ def test_a_dask_cluster_survives_a_killed_worker_and_in_process_resumes_it(
     assert _same(client, job)
 
 
+@pytest.mark.slow
 def test_a_row_the_transform_rejects_stops_the_backfill_naming_it_and_a_rerun_continues(ots_instance) -> None:
     spec, job, client = rt.setup(ots_instance, 1500)
     bad_key, cells = rt.source_row(10**9, int(rt.time.time() * 1000))  # seq wider than 8 digits
@@ -147,6 +149,7 @@ def test_a_row_the_transform_rejects_stops_the_backfill_naming_it_and_a_rerun_co
     assert _same(client, job)
 
 
+@pytest.mark.slow
 def test_a_stopped_backfill_stops_its_running_splits_after_their_page(ots_instance, monkeypatch) -> None:
     rows = 1500
     spec, job, client = rt.setup(ots_instance, rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import rewrite_tables as rt
 
 from tsmigrate.local.faults import FaultPlan
@@ -12,6 +13,7 @@ from tsmigrate.rewrite.verify import verify
 from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 
+@pytest.mark.slow
 def test_the_backfill_survives_throttling_and_failed_rows(ots_instance, ots_server_options,
                                                          monkeypatch) -> None:
     # Retried as ever, only without the back-off a real service needs (seconds, here).

@@ -50,6 +50,7 @@ _PART = st.text(alphabet=ALPHABETS["identifier"], max_size=12)
     ),
     st.data(),
 )
+@pytest.mark.slow
 def test_concat_invert_of_derive_is_identity(case, data) -> None:
     fields, pad = case
     concat = Concat(fields, sep=",", pad=pad)

@@ -80,6 +80,7 @@ def test_apply_in_a_pipe_prints_progress_lines(tmp_path, ots_instance):
     assert "\x1b[" not in applied.stderr  # plain lines, no bar
 
 
+@pytest.mark.slow
 def test_status_estimates_from_all_ranges_and_shows_no_rate_when_nobody_runs(tmp_path, ots_instance):
     project = _project(tmp_path, ots_instance, 120)
     assert _run(project, ots_instance, "apply", "--yes", "--workers", "2").returncode == 0
@@ -109,6 +110,7 @@ def test_status_estimates_from_all_ranges_and_shows_no_rate_when_nobody_runs(tmp
     assert data["runner"] == owner
 
 
+@pytest.mark.slow
 def test_status_after_resume_and_abort_says_no_error_and_no_rows(tmp_path, ots_instance):
     project = _project(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "apply", "--yes").returncode == 0

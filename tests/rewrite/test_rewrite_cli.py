@@ -73,6 +73,7 @@ def _target_equals_source(ots) -> None:
     assert got == want
 
 
+@pytest.mark.slow
 def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_instance):
     project, _ = _source(tmp_path, ots_instance, 500)
     as_json = json.loads(_run(project, ots_instance, "plan", "--format", "json").stdout)
@@ -120,6 +121,7 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
     assert unknown.returncode == 1 and "no rewrite into or out of nosuch" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_finish_keeps_the_old_table_then_finish_allow_destructive_drops_it(tmp_path, ots_instance):
     """The first finish says "drop it with finish --allow-destructive": that works once done."""
     project, _ = _source(tmp_path, ots_instance, 50)
@@ -156,6 +158,7 @@ def _planned_drops(project: Path, ots, *args: str) -> list[str]:
     return [s["args"]["table"] for s in json.loads(result.stdout)["steps"] if s["kind"] == "drop_table"]
 
 
+@pytest.mark.slow
 def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, ots_instance):
     """plan --prune next to replaces=: no `drop table readings` while services may still use it
     (before apply, while the rewrite is ready), then planned and applied once finish ran."""
@@ -181,6 +184,7 @@ def test_prune_drops_a_replaced_table_only_after_its_rewrite_finished(tmp_path, 
     assert len(rt.read_all(ots_instance.client(), rt.TARGET)) == 50
 
 
+@pytest.mark.slow
 def test_a_plan_file_with_a_rewrite_applies_and_abort_undoes_it(tmp_path, ots_instance):
     project, _ = _source(tmp_path, ots_instance, 50)
     assert _run(project, ots_instance, "plan", "--out", "plan.json").returncode == 0
@@ -262,6 +266,7 @@ def _plan(project, ots, fmt: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_plan_shows_the_rewrite_apply_starts_into_an_existing_empty_table(tmp_path, ots_instance):
     project, now_ms = _source(tmp_path, ots_instance, 40)
     rt.create(ots_instance.client(), rt.TARGET)  # the replacing table exists, as declared, empty
@@ -290,6 +295,7 @@ def test_plan_shows_the_rewrite_apply_starts_into_an_existing_empty_table(tmp_pa
     assert "No changes" in _plan(project, ots_instance, "text")
 
 
+@pytest.mark.slow
 def test_plan_shows_the_phase_apply_continues_an_unfinished_rewrite_from(tmp_path, ots_instance):
     project, _ = _source(tmp_path, ots_instance, 30)
     client = ots_instance.client()
@@ -329,6 +335,7 @@ def test_plan_refuses_a_replacing_table_with_rows_as_apply_does(tmp_path, ots_in
 
 
 
+@pytest.mark.slow
 def test_a_trimmed_stream_stops_follow_and_finish_and_their_advice_starts_a_safe_rewrite(
         tmp_path, ots_instance, ots_server_options):  # restores the server's clock offset
     project, _ = _source(tmp_path, ots_instance, 30)

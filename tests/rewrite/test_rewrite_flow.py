@@ -57,6 +57,7 @@ def _runner(client) -> machine.Runner:
     return machine.Runner(client, TARGET.name)
 
 
+@pytest.mark.slow
 def test_apply_takes_the_rewrite_to_ready_and_finish_completes_it(ots_instance):
     client = ots_instance.client()
     apply(client, Catalog([rt.SOURCE]), target_identity=IDENTITY)
@@ -87,6 +88,7 @@ def test_apply_takes_the_rewrite_to_ready_and_finish_completes_it(ots_instance):
     assert rt.SOURCE.name in client.list_table()  # kept without --allow-destructive
 
 
+@pytest.mark.slow
 def test_verification_reads_again_the_source_splits_the_stream_saw_change(ots_instance):
     """Untouched splits are verified against their copy's totals, and only those: a source row
     changed after the copy puts its split's source rows under a re-read."""
@@ -165,6 +167,7 @@ def test_a_late_backfill_write_never_brings_back_a_deleted_row(ots_instance):
     _equal(client)
 
 
+@pytest.mark.slow
 def test_shard_split_and_merge_during_capture(ots_instance):
     client = _source(ots_instance, 200)
     _rewrite(client)
@@ -220,6 +223,7 @@ def test_collisions_stop_the_rewrite_before_ready(ots_instance):
                               force=True, accept_target_writes=True)
 
 
+@pytest.mark.slow
 def test_abort_drops_the_target_and_leaves_the_source_as_it_was(ots_instance):
     client = _source(ots_instance, 100)
     before = rt.read_all(client, rt.SOURCE)
@@ -252,6 +256,7 @@ def _target_row(i: int, cells):
     return RowTransform.build(rt.SOURCE, TARGET).apply(key, cells)
 
 
+@pytest.mark.slow
 def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
     """Services write and delete source rows during backfill and capture, then move to the new
     table; the target ends equal, row for row with timestamps, to every acknowledged write."""
@@ -342,6 +347,7 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
     assert _normalize(rt.read_all(client, TARGET)) == expected
 
 
+@pytest.mark.slow
 def test_with_injected_throttling_and_failed_batch_rows_the_target_equals_the_source(
         ots_instance, ots_server_options, monkeypatch):
     from tsmigrate import retry
@@ -376,6 +382,7 @@ def test_a_row_the_transform_rejects_stops_the_rewrite_before_anything_is_writte
     assert rt.read_all(client, rt.TARGET) == []  # nothing written
 
 
+@pytest.mark.slow
 def test_pause_stops_a_running_backfill_and_resume_completes_it(ots_instance, monkeypatch):
     rows = 1000  # a few splits: the first is held, the others wait
     client = _source(ots_instance, rows)

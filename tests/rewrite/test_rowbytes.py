@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ def test_key_cells_are_encoded_as_the_plainbuffer_codec_does(key) -> None:
 @given(st.lists(st.tuples(st.lists(st.tuples(st.just("id"), _KEY_VALUE), min_size=1, max_size=1),
                           st.lists(_CELL, max_size=6)), max_size=5),
        st.frozensets(_NAMES), st.frozensets(_NAMES))
+@pytest.mark.slow
 def test_a_scanned_page_gives_keys_values_and_the_kept_cells(rows, wanted, drop) -> None:
     rows = [(pk, sorted(cells, key=lambda c: (c[0], -c[2]))) for pk, cells in rows]
     encoded = []

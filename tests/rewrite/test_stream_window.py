@@ -90,6 +90,7 @@ def test_a_rewrite_well_within_the_stream_is_not_refused(tmp_path, ots_instance)
     assert _stream(ots_instance) == (True, 24)  # an existing stream keeps its expiration
 
 
+@pytest.mark.slow
 def test_plan_refuses_in_every_format_and_the_named_setting_lets_it_through(
         tmp_path, ots_instance, monkeypatch) -> None:
     project = _source(tmp_path, ots_instance, 500, stream=', stream="1h"')

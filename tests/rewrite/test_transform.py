@@ -162,6 +162,7 @@ def _page(rows) -> bytes:
 
 @SETTINGS
 @given(st.sampled_from(CASES), st.data())
+@pytest.mark.slow
 def test_a_page_transforms_like_each_of_its_rows(case, data) -> None:
     source, target = case
     transform = RowTransform.build(source, target, default_timestamp=77)

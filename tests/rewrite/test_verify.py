@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
@@ -21,6 +22,7 @@ def _copied(ots_instance, rows: int):
     return spec, job, client, ranges
 
 
+@pytest.mark.slow
 def test_a_complete_copy_verifies_in_every_split(ots_instance) -> None:
     spec, job, _, ranges = _copied(ots_instance, 900)
     report = verify(spec, job, ranges)

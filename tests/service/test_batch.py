@@ -9,6 +9,7 @@ from tsmigrate.retry import RETRY_POLICY
 from tsmigrate.service import Attr, Rows, Update
 
 
+@pytest.mark.slow
 def test_batch_write_lands_every_row_exactly_once_under_faults(ots_instance, client,
                                                                ots_server_options):
     counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
@@ -30,6 +31,7 @@ def test_batch_write_lands_every_row_exactly_once_under_faults(ots_instance, cli
     assert sorted((r.ts, r.battery) for r in stored) == [(i, i % 100) for i in range(count)]
 
 
+@pytest.mark.slow
 def test_chunks_respect_row_and_byte_limits(client, ots_instance):
     counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
                                     ots_instance.access_key_secret, ots_instance.instance)

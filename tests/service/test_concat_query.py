@@ -144,6 +144,7 @@ def test_concat_ranges_return_what_a_brute_force_filter_keeps(loaded):
     check()
 
 
+@pytest.mark.slow
 def test_a_concatenation_as_the_last_key_column_reads_backward_exactly(loaded):
     # Backward, a string bound on the last key column has no neighbouring key: the range starts
     # at an excluded upper bound and drops it, or reads an included lower bound's row last.

@@ -212,6 +212,7 @@ def test_a_key_that_is_not_the_models_says_what_to_pass(readings):
 
 @pytest.mark.parametrize("policy", ["sdk default", "tsmigrate"])
 @pytest.mark.usefixtures("retry_waits")  # back-off recorded, not slept (see conftest)
+@pytest.mark.slow
 def test_versioned_writes_whose_answers_are_lost_are_not_conflicts(ots_instance, client, accounts,
                                                                    ots_server_options, policy):
     # The server writes, then answers OTSTimeout: the write is repeated (by the client's retry

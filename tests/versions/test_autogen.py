@@ -62,6 +62,7 @@ def test_generated_scripts_replay_to_the_models_catalog_and_back(pair):
 
 
 @given(valid_catalogs(max_tables=3))
+@pytest.mark.slow
 def test_rendered_values_evaluate_to_themselves(catalog):
     for table in catalog.tables:
         src = autogen.Source()

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import tablestore as ts
 from cliproject import CREDENTIALS, run
 
@@ -52,6 +53,7 @@ def test_the_repository_chain_passes_check(tmp_path: Path) -> None:
     assert "3 revisions, one head (f8710b3fa125)" in checked.stdout
 
 
+@pytest.mark.slow
 def test_the_example_chain_upgrades_to_the_models_and_backfills(tmp_path: Path, target: list[str]) -> None:
     project = checkout(tmp_path)
     client = ts.OTSClient(target[1], "local", "local-secret", target[3])

@@ -23,6 +23,7 @@ def _is_topological(graph: RevisionGraph, order: list[str]) -> bool:
 
 
 @given(dags())
+@pytest.mark.slow
 def test_topological_order_puts_parents_first_and_is_stable(parents):
     graph = RevisionGraph(parents)
     order = graph.topological()
@@ -44,6 +45,7 @@ def test_heads_and_bases(parents):
 
 
 @given(dags(), st.data())
+@pytest.mark.slow
 def test_upgrade_then_downgrade_paths(parents, data):
     graph = RevisionGraph(parents)
     if not parents:
@@ -72,6 +74,7 @@ def test_upgrade_then_downgrade_paths(parents, data):
 
 
 @given(dags())
+@pytest.mark.slow
 def test_current_heads_of_a_closure(parents):
     graph = RevisionGraph(parents)
     for head in graph.heads:
@@ -81,6 +84,7 @@ def test_current_heads_of_a_closure(parents):
 
 
 @given(dags())
+@pytest.mark.slow
 def test_every_revision_resolves_from_a_unique_prefix(parents):
     graph = RevisionGraph(parents)
     for rev in parents:

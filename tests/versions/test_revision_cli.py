@@ -39,6 +39,7 @@ def proj(tmp_path):
     return project(tmp_path, tables=1)
 
 
+@pytest.mark.slow
 def test_autogenerate_then_change_a_model_then_check(proj):
     out = _ok(run(proj, "revision", "-m", "create tables", "--autogenerate")).stdout
     first = _scripts(proj)
@@ -100,6 +101,7 @@ def test_an_edited_script_fails_check_on_the_sum_until_hash(proj):
     _ok(run(proj, "check"))
 
 
+@pytest.mark.slow
 def test_parallel_branches_collide_and_merge_resolves_them(proj):
     """Two branches each add a revision on the same head: the sum files differ (git conflicts
     on them); once both scripts are in, check fails on the sum and on two heads; merge fixes it."""
@@ -132,6 +134,7 @@ def test_parallel_branches_collide_and_merge_resolves_them(proj):
     assert "(head)" in _ok(run(proj, "heads")).stdout
 
 
+@pytest.mark.slow
 def test_merge_bad_input(proj):
     _ok(run(proj, "revision", "-m", "one"))
     _ok(run(proj, "revision", "-m", "two"))
@@ -253,6 +256,7 @@ def test_autogenerate_against_the_embedded_instance(proj):
     assert "2 steps from embedded local instance" in out
 
 
+@pytest.mark.slow
 def test_history_lists_the_revisions_newest_first(proj):
     assert "no revisions yet" in _ok(run(proj, "history", "--revisions")).stdout
     _ok(run(proj, "revision", "-m", "base", "--autogenerate"))
@@ -272,6 +276,7 @@ def test_history_lists_the_revisions_newest_first(proj):
     assert len(data) == 4 and data[0]["revision"] == merge and data[0]["head"] and data[-1]["parents"] == []
 
 
+@pytest.mark.slow
 def test_merge_warns_when_the_branches_do_not_replay_together(proj):
     _ok(run(proj, "revision", "-m", "base"))
     base = _scripts(proj)[0].name[:12]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scriptdir import dags, write_script
@@ -19,6 +20,7 @@ def _load(root: Path) -> ScriptDirectory:
 
 @settings(max_examples=40)
 @given(dags(max_size=8), st.data())
+@pytest.mark.slow
 def test_the_sum_finds_every_change(parents, data):
     if not parents:
         return

@@ -159,6 +159,7 @@ def test_upgrade_step_by_step_backfill_current_plan_and_downgrade(tmp_path: Path
     assert "current: base" in cli(root, target, "current").stdout
 
 
+@pytest.mark.slow
 def test_refusals_are_one_message_and_change_nothing(tmp_path: Path, target: list[str]) -> None:
     root = make_project(tmp_path)
     migrations = root / "migrations"
@@ -190,6 +191,7 @@ def test_refusals_are_one_message_and_change_nothing(tmp_path: Path, target: lis
     assert "workflow must be one of 'declarative', 'versioned'" in config.stderr
 
 
+@pytest.mark.slow
 def test_an_older_package_is_refused_and_stamp_runs_nothing(tmp_path: Path,
                                                             target: list[str]) -> None:
     root = make_project(tmp_path, version="1.4.0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tablestore as ts
 from scriptdir import write_script
 
@@ -26,6 +27,7 @@ op.reindex_search_index("notes", SearchIndex(
 """
 
 
+@pytest.mark.slow
 def test_upgrade_runs_a_reindex_to_the_switch(ots_instance, ots_server_options, tmp_path: Path):
     write_script(tmp_path / "migrations", "a1", None, header=HEADER, upgrade=CREATE)
     write_script(tmp_path / "migrations", "b2", "a1", header=HEADER, upgrade=REINDEX)
