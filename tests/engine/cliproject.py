@@ -130,6 +130,52 @@ def project(root: Path, tables: int = 2) -> Path:
     return root
 
 
+def kill_apply_midway(project_root: Path, ots: Any, monkeypatch: Any, tables: int,
+                      extra_env: dict[str, str]) -> None:
+    """`tsmigrate apply --yes` of ``project_root`` (tables t0..t{tables-1}) in its own process,
+    SIGKILLed while the server holds the first CreateTable that arrives once two of the tables
+    exist: the kill lands midway, whatever the machine's speed. Returns once the held call went
+    on (into a closed connection)."""
+    import signal
+
+    server, instance = ots.server, ots.instance
+    declared = {f"t{i}" for i in range(tables)}
+    held, release, answered = threading.Event(), threading.Event(), threading.Event()
+    admit = server._admit
+
+    def holding_admit(api: str, on: str, now: float) -> None:
+        if api == "CreateTable" and on == instance and not held.is_set():
+            with server.storage.lock:
+                created = [t.name for t in server.storage.tables(on) if t.name in declared]
+            if len(created) >= 2:
+                held.set()
+                try:
+                    release.wait(120)
+                finally:
+                    answered.set()
+        admit(api, on, now)
+
+    monkeypatch.setattr(server, "_admit", holding_admit)
+    victim = cli_process(project_root, "apply", "--yes", "--endpoint", ots.endpoint,
+                         "--instance", instance, extra_env=extra_env)
+    try:
+        deadline = time.monotonic() + 120
+        while not held.wait(0.05):
+            if victim.returncode is not None or time.monotonic() > deadline:
+                victim.kill()
+                victim.wait(30)
+                raise AssertionError("the apply never got to a third table: " + victim.stderr.read())
+        victim.send_signal(signal.SIGKILL)
+        # Killed midway, not finished by itself before the signal.
+        assert victim.wait(30) == -signal.SIGKILL
+    finally:
+        release.set()
+        victim.kill()
+        victim.wait(30)
+        victim.stderr.close()
+    assert answered.wait(30)
+
+
 @contextmanager
 def server(*options: str, instance: str = "faulty") -> Iterator[list[str]]:
     """`tsmigrate local serve` in its own process; yields the target options to reach it."""

@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from cliproject import cli_process, run
+from cliproject import kill_apply_midway, run
 from cliproject import project as make_project
 
 
@@ -60,48 +57,10 @@ def test_apply_killed_midway_completes_when_run_again(tmp_path: Path, ots_instan
     """The apply in its own process, SIGKILLed while a table is being created after two others
     were; the rerun takes over its lock and finishes."""
     project = make_project(tmp_path, tables=6)
-    server, instance = ots_instance.server, ots_instance.instance
     creds = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ots_instance.access_key_id,
              "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots_instance.access_key_secret}
-    target = ["--endpoint", ots_instance.endpoint, "--instance", instance]
-    # The server holds the first CreateTable that arrives once two of the six tables exist,
-    # until the apply that sent it is dead: the kill lands midway, whatever the machine's speed.
-    declared = {f"t{i}" for i in range(6)}
-    held, release, answered = threading.Event(), threading.Event(), threading.Event()
-    admit = server._admit
-
-    def holding_admit(api: str, on: str, now: float) -> None:
-        if api == "CreateTable" and on == instance and not held.is_set():
-            with server.storage.lock:
-                created = [t.name for t in server.storage.tables(on) if t.name in declared]
-            if len(created) >= 2:
-                held.set()
-                try:
-                    release.wait(120)
-                finally:
-                    answered.set()
-        admit(api, on, now)
-
-    monkeypatch.setattr(server, "_admit", holding_admit)
-    victim = cli_process(project, "apply", "--yes", *target, extra_env=creds)
-    try:
-        # Some, not all, tables exist: kill it without a chance to clean up.
-        deadline = time.monotonic() + 120
-        while not held.wait(0.05):
-            if victim.returncode is not None or time.monotonic() > deadline:
-                victim.kill()
-                victim.wait(30)
-                raise AssertionError("the apply never got to a third table: "
-                                     + victim.stderr.read())
-        victim.send_signal(signal.SIGKILL)
-        # Killed midway, not finished by itself before the signal.
-        assert victim.wait(30) == -signal.SIGKILL
-    finally:
-        release.set()
-        victim.kill()
-        victim.wait(30)
-        victim.stderr.close()
-    assert answered.wait(30)  # the held call went on (into a closed connection) before the rerun
+    target = ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
+    kill_apply_midway(project, ots_instance, monkeypatch, 6, creds)
     partial = run(project, "plan", "--detailed-exitcode", *target, extra_env=creds)
     assert partial.returncode == 2, partial.stdout + partial.stderr
     rerun = run(project, "apply", "--yes", *target, extra_env=creds)

@@ -6,13 +6,10 @@ as its own (not drift); and a run that resumed a killed one, named on it."""
 from __future__ import annotations
 
 import json
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from cliproject import CREDENTIALS, cli_process, project, run
+from cliproject import CREDENTIALS, kill_apply_midway, project, run
 
 from tsmigrate import ops
 from tsmigrate.state import Owner, State
@@ -132,42 +129,9 @@ def test_pause_resume_switch_revert_and_abort_are_runs_with_their_drop(tmp_path,
 @pytest.mark.slow
 def test_an_apply_killed_with_9_is_unfinished_its_tables_are_not_drift_and_the_rerun_says_so(
         tmp_path: Path, ots_instance, monkeypatch):
-    """As tests/engine/test_apply_cli.py kills an apply: in its own process, held by the server
-    at its third CreateTable until it is SIGKILLed."""
+    """An apply in its own process, SIGKILLed midway (``cliproject.kill_apply_midway``)."""
     proj = project(tmp_path, tables=4)
-    server, instance = ots_instance.server, ots_instance.instance
-    declared = {f"t{i}" for i in range(4)}
-    held, release, answered = threading.Event(), threading.Event(), threading.Event()
-    admit = server._admit
-
-    def holding_admit(api: str, on: str, now: float) -> None:
-        if api == "CreateTable" and on == instance and not held.is_set():
-            with server.storage.lock:
-                created = [t.name for t in server.storage.tables(on) if t.name in declared]
-            if len(created) >= 2:
-                held.set()
-                try:
-                    release.wait(120)
-                finally:
-                    answered.set()
-        admit(api, on, now)
-
-    monkeypatch.setattr(server, "_admit", holding_admit)
-    victim = cli_process(proj, "apply", "--yes", "--endpoint", ots_instance.endpoint,
-                         "--instance", instance, extra_env=CREDENTIALS)
-    try:
-        deadline = time.monotonic() + 120
-        while not held.wait(0.05):
-            if victim.returncode is not None or time.monotonic() > deadline:
-                raise AssertionError("the apply never got to a third table: " + victim.stderr.read())
-        victim.send_signal(signal.SIGKILL)
-        assert victim.wait(30) == -signal.SIGKILL
-    finally:
-        release.set()
-        victim.kill()
-        victim.wait(30)
-        victim.stderr.close()
-    assert answered.wait(30)
+    kill_apply_midway(proj, ots_instance, monkeypatch, 4, CREDENTIALS)
 
     text, data = _history(proj, ots_instance)
     killed = data["runs"][0]
