@@ -72,3 +72,15 @@ def exists(client: Any, table: str) -> bool | None:
         return table in client.list_table()
     except Exception:
         return None
+
+
+@contextlib.contextmanager
+def drop_seen(run: CommandRun, client: Any, table: str, watch: bool = True) -> Iterator[None]:
+    """A command that may drop ``table`` inside a step (finish, abort): the drop is recorded as
+    a step of ``run`` of its own once the table is seen gone, whatever the command did after."""
+    had = watch and exists(client, table)
+    try:
+        yield
+    finally:
+        if had and exists(client, table) is False:
+            run.done(drop(table))

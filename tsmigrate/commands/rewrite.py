@@ -243,21 +243,16 @@ def finish(table, project, target_name, endpoint, instance, allow_destructive, f
         rewrite = _rewrite_of(client, table)
         report = ApplyProgress(err_console)  # in a pipe: a line every few seconds while it verifies
         run, step = _recorded(client, "finish", "rewrite_finish", rewrite.target)
-        had_source = allow_destructive and records.exists(client, rewrite.source)
-        try:
-            with step, machine.Runner(client, rewrite.target, handover=True) as runner:
-                try:
-                    report("phase", {"phase": machine.FINISHING})
-                    done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
-                                         allow_destructive, force=force,
-                                         accept_target_writes=accept_target_writes,
-                                         declared=declared, report=report)
-                finally:
-                    report.close()
-        finally:
-            # The drop happens inside finish: recorded as its own step once it is seen done.
-            if had_source and records.exists(client, rewrite.source) is False:
-                run.done(records.drop(rewrite.source))
+        with records.drop_seen(run, client, rewrite.source, watch=allow_destructive), step, \
+                machine.Runner(client, rewrite.target, handover=True) as runner:
+            try:
+                report("phase", {"phase": machine.FINISHING})
+                done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
+                                     allow_destructive, force=force,
+                                     accept_target_writes=accept_target_writes,
+                                     declared=declared, report=report)
+            finally:
+                report.close()
     verification = done.get("verification") or {}
     changed = verification.get("changed_meanwhile", 0)
     console.print(f"{done.target}: done"
@@ -309,12 +304,7 @@ def abort(table, project, target_name, endpoint, instance):
     with connected(project, target_name, endpoint, instance) as (client, _target):
         rewrite = _rewrite_of(client, table)
         run, step = _recorded(client, "abort", "rewrite_abort", rewrite.target)
-        had_target = records.exists(client, rewrite.target)
-        try:
-            with step, machine.Runner(client, rewrite.target) as runner:
-                aborted = driver.abort(client, runner)
-        finally:
-            # abort drops the new table: recorded as its own step once it is seen done.
-            if had_target and records.exists(client, rewrite.target) is False:
-                run.done(records.drop(rewrite.target))
+        with records.drop_seen(run, client, rewrite.target), step, \
+                machine.Runner(client, rewrite.target) as runner:
+            aborted = driver.abort(client, runner)
     console.print(f"{aborted.target}: aborted; {aborted.target} dropped, {aborted.source} left as it was.")
