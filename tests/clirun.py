@@ -18,6 +18,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -79,3 +80,19 @@ def run(cwd: Path | str, *args: str, extra_env: dict[str, str] | None = None,
         stderr += "".join(traceback.format_exception(result.exception))
         code = 1
     return subprocess.CompletedProcess([*("tsmigrate", *args)], code, result.stdout, stderr)
+
+
+def instance_env(ots: Any, **more: str) -> dict[str, str]:
+    """The variables that point a command at a local test instance (``ots_instance``); ``run``
+    drops any others."""
+    return {"TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
+            "ALIBABA_CLOUD_ACCESS_KEY_ID": ots.access_key_id,
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ots.access_key_secret, **more}
+
+
+def run_on(cwd: Path | str, ots: Any, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`tsmigrate ARGS` in ``cwd`` against the local test instance ``ots`` (``env``: more
+    variables); a traceback fails the test, whatever the exit code."""
+    result = run(cwd, *args, extra_env=instance_env(ots, **env))
+    assert "Traceback" not in result.stderr, result.stderr
+    return result

@@ -13,23 +13,11 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import splits
 from tsmigrate.rewrite.copy import read_page
 
-
-def _env(ots) -> dict[str, str]:
-    return {"TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
-            "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET}
-
-
-def _run(project: Path, ots, *args: str):
-    result = clirun.run(project, *args, extra_env=_env(ots))
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
+_run = clirun.run_on
 
 def _source(root: Path, ots, rows: int) -> Path:
     """`readings` (3 versions kept; every row has two versions of `temp`) with ``rows`` rows,

@@ -21,10 +21,7 @@ class Event(Model, table="events"):
 """
 
 
-def _env(ots) -> dict[str, str]:
-    return {"TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
-            "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET}
+_env = clirun.instance_env
 
 
 def _run(project: Path, *args: str, ots=None):

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 from io import StringIO
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import rewrite_tables as rt
 from rich.console import Console
 
 from tsmigrate import adapter
-from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.executors import BackfillProgress
 from tsmigrate.rewrite.progress import ApplyProgress
@@ -29,19 +27,7 @@ TARGET = "readings_by_seq"
 LINE = re.compile(r"rewrite backfill: ([\d,]+) of about ([\d,]+) rows, ([\d,]+) rows/s, ETA (\d+:\d\d:\d\d)")
 
 
-def _env(ots, **more: str) -> dict[str, str]:
-    return {
-        "TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
-        "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
-        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET, **more,
-    }
-
-
-def _run(cwd: Path, ots, *args: str, **env: str) -> subprocess.CompletedProcess:
-    result = clirun.run(cwd, *args, extra_env=_env(ots, **env))
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
+_run = clirun.run_on
 
 def _project(root: Path, ots, rows: int) -> Path:
     """The old model applied with ``rows`` readings, the model file changed to the new one."""

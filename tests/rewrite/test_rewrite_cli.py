@@ -19,7 +19,6 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.rewrite import checkpoints, driver, machine
 from tsmigrate.rewrite.job import RewriteJob
 
@@ -33,20 +32,8 @@ def _project(root: Path, models: str) -> Path:
     return root
 
 
-def _env(ots) -> dict[str, str]:
-    """The variables that point a command at the test's instance (clirun drops any others)."""
-    return {
-        "TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
-        "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
-        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET,
-    }
-
-
-def _run(cwd: Path, ots, *args: str) -> subprocess.CompletedProcess:
-    result = clirun.run(cwd, *args, extra_env=_env(ots))
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
+_env = clirun.instance_env
+_run = clirun.run_on
 
 def _source(tmp_path: Path, ots, rows: int) -> tuple[Path, int]:
     """The project with the old model applied and ``rows`` readings written, its model file

@@ -19,7 +19,6 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import copy, cost, machine
 from tsmigrate.rewrite.cost import Projection, StreamTooShort, check_stream
@@ -38,17 +37,7 @@ class Reading(Model, table="readings", max_versions=3, max_time_deviation="366d"
 '''
 
 
-def _env(ots) -> dict[str, str]:
-    return {"TSMIGRATE_ENDPOINT": ots.endpoint, "TSMIGRATE_INSTANCE": ots.instance,
-            "ALIBABA_CLOUD_ACCESS_KEY_ID": DEFAULT_ACCESS_KEY_ID,
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": DEFAULT_ACCESS_KEY_SECRET}
-
-
-def _run(project: Path, ots, *args: str):
-    result = clirun.run(project, *args, extra_env=_env(ots))
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
+_run = clirun.run_on
 
 def _source(root: Path, ots, rows: int, stream: str = "") -> Path:
     """A project whose `readings` (stream option ``stream``) holds ``rows`` rows, its models
