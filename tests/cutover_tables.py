@@ -32,6 +32,30 @@ class CounterV2(Model, table="counters_by_seq", replaces="counters", max_version
     note = Column(str)
 
 
+# The same two models as a project's model files, for the tests that run the commands.
+MODELS_V1 = '''
+from tsmigrate import Column, Model, PrimaryKey
+
+
+class Counter(Model, table="counters", max_versions=1):
+    device = PrimaryKey(str)
+    seq = PrimaryKey(int)
+    count = Column(int)
+    note = Column(str)
+'''
+# The old model leaves the project's models with the new one (validation refuses replacing a
+# table a model still declares); services keep their own Counter until they are redeployed.
+MODELS_V2 = '''
+from tsmigrate import Column, Model, PrimaryKey
+
+
+class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
+    seq = PrimaryKey(int)
+    device = PrimaryKey(str)
+    count = Column(int)
+    note = Column(str)
+'''
+
 SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
 
 

@@ -8,30 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import cutover_tables as ct
 import pytest
 from cliproject import CREDENTIALS, kill_apply_midway, project, run
 
 from tsmigrate import ops
 from tsmigrate.state import Owner, State
-
-COUNTERS_V1 = '''
-from tsmigrate import Column, Model, PrimaryKey
-
-
-class Counter(Model, table="counters", max_versions=1):
-    device = PrimaryKey(str)
-    seq = PrimaryKey(int)
-    count = Column(int)
-'''
-COUNTERS_V2 = '''
-from tsmigrate import Column, Model, PrimaryKey
-
-
-class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
-    seq = PrimaryKey(int)
-    device = PrimaryKey(str)
-    count = Column(int)
-'''
 
 
 def _cli(proj: Path, ots_instance, *args: str):
@@ -66,9 +48,9 @@ def _runs(data: dict) -> list[tuple[str, str, list[str]]]:
 
 def _rewrite_at_ready(tmp_path: Path, ots_instance) -> Path:
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
-    (tmp_path / "app_models.py").write_text(COUNTERS_V1)
+    (tmp_path / "app_models.py").write_text(ct.MODELS_V1)
     assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
-    (tmp_path / "app_models.py").write_text(COUNTERS_V2)
+    (tmp_path / "app_models.py").write_text(ct.MODELS_V2)
     applied = _cli(tmp_path, ots_instance, "apply", "--yes")
     assert applied.returncode == 0 and "counters_by_seq: ready" in applied.stdout, applied.stderr
     return tmp_path

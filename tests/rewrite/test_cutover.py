@@ -187,30 +187,6 @@ def test_status_lists_the_clients_and_the_side_they_write(ready):
 
 # --- at the entry points a user touches: the commands ---------------------------------------------
 
-COUNTERS_V1 = '''
-from tsmigrate import Column, Model, PrimaryKey
-
-
-class Counter(Model, table="counters", max_versions=1):
-    device = PrimaryKey(str)
-    seq = PrimaryKey(int)
-    count = Column(int)
-    note = Column(str)
-'''
-# The old model leaves the project's models with the new one (validation refuses replacing a
-# table a model still declares); services keep their own Counter until they are redeployed.
-COUNTERS_V2 = '''
-from tsmigrate import Column, Model, PrimaryKey
-
-
-class CounterV2(Model, table="counters_by_seq", replaces="counters", max_versions=1):
-    seq = PrimaryKey(int)
-    device = PrimaryKey(str)
-    count = Column(int)
-    note = Column(str)
-'''
-
-
 _cli = clirun.run_on
 
 
