@@ -51,7 +51,7 @@ REFRESH_WAIT_S = 10.0  # how long an expired lease is retried before writes stop
 POLL_S = 0.05  # how often a held write reads the state again
 RETRY_S = 0.2  # between attempts to read the state when a read failed
 SOURCE, TARGET, HOLD = "source", "target", "hold"
-ENDED = ("done", "aborted")
+ENDED = ("done", "aborted")  # machine.ENDED, without importing the engine into services
 
 
 class RoutingError(RowError):
