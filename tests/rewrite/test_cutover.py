@@ -14,6 +14,7 @@ import pytest
 import tablestore as ts
 from cutover_tables import Counter, CounterV2
 
+from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import cutover, driver, machine
 from tsmigrate.service import Rows, routing
 
@@ -188,6 +189,50 @@ def test_status_lists_the_clients_and_the_side_they_write(ready):
 # --- at the entry points a user touches: the commands ---------------------------------------------
 
 _cli = clirun.run_on
+
+
+@pytest.mark.slow
+def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
+    routing.clear()
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (tmp_path / "app_models.py").write_text(ct.MODELS_V1)
+    assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
+    Rows(Counter, ots_instance.client()).put(Counter(device="d1", seq=1, count=1))
+    (tmp_path / "app_models.py").write_text(ct.MODELS_V2)
+    assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
+
+    early = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
+    assert early.returncode == 1
+    assert "ready, not switched" in early.stderr
+    assert "tsmigrate rewrite switch counters_by_seq" in early.stderr
+    switched = _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq", "--lease", "1")
+    assert switched.returncode == 0, switched.stderr
+    assert "counters_by_seq: switched; services on the model API write counters_by_seq." in switched.stdout
+    assert "Writes held" in switched.stdout
+    status = json.loads(_cli(tmp_path, ots_instance, "rewrite", "status", "counters_by_seq",
+                             "--format", "json").stdout)
+    assert (status["phase"], status["side"], status["fence"]["to"]) == ("switched", "target", "target")
+    assert machine.load(ots_instance.client(), "counters_by_seq").get("routing_lease_s") == 1.0
+    # The stream switch turned on for reverse capture is the rewrite's, not drift to undo.
+    planned = _cli(tmp_path, ots_instance, "plan", "--detailed-exitcode")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "stream" not in planned.stdout
+    abort = _cli(tmp_path, ots_instance, "rewrite", "abort", "counters_by_seq")
+    assert abort.returncode == 1 and "rewrite revert counters_by_seq" in abort.stderr
+    reverted = _cli(tmp_path, ots_instance, "rewrite", "revert", "counters_by_seq")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "reverted; services on the model API write counters." in reverted.stdout
+    assert _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq").returncode == 0
+    routing.clear()
+    Rows(Counter, ots_instance.client()).put(Counter(device="d2", seq=2, count=2))  # a service
+    assert [c["table"] for c in cutover.clients(ots_instance.client(), "counters_by_seq")] == ["counters"]
+    done = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
+    assert done.returncode == 0, done.stderr
+    assert "reverse capture stopped" in done.stdout
+    assert cutover.clients(ots_instance.client(), "counters_by_seq") == []  # heartbeats removed
+    assert not RawClient(ots_instance.client()).describe_table("counters_by_seq").stream_details.enable_stream
+    assert _cli(tmp_path, ots_instance, "plan", "--detailed-exitcode").returncode == 0
+    assert machine.load(ots_instance.client(), "counters_by_seq").phase == machine.DONE
 
 
 def test_plan_says_what_a_model_needs_when_its_key_cannot_locate_rows_in_the_other_table(
