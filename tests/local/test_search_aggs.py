@@ -202,3 +202,24 @@ def test_group_by_histograms(client: OTSClient) -> None:
     items = search(client, group_bys=[days]).group_by_results[0].items
     assert sum(i.row_count for i in items) == 100
     assert all((i.timestamp + 8 * 3_600_000) % 86_400_000 == 0 for i in items)  # local midnights
+
+
+def test_histogram_field_range_adds_no_empty_buckets(client: OTSClient) -> None:
+    # The SDK's group_by_test.py::test_group_by_histogram: field_range bounds the buckets but does
+    # not extend them, so every d = 0.1 falls in one bucket although [0, 3) spans two intervals.
+    longs = GroupByHistogram("l3", 2, FieldRange(0, 3))
+    items = search(client, group_bys=[longs]).group_by_results[0].items
+    assert [(i.key, i.value) for i in items] == [(0, 67), (2, 33)]
+    doubles = GroupByHistogram("d", 2.0, FieldRange(0.0, 3.0))
+    items = search(client, group_bys=[doubles]).group_by_results[0].items
+    assert [(i.key, i.value) for i in items] == [(0.0, 100)]
+
+
+def test_histogram_refuses_more_than_2000_intervals(client: OTSClient) -> None:
+    # Documented: (field_range.max - field_range.min) / interval cannot exceed 2000, whatever
+    # min_doc_count asks for.
+    wide = GroupByHistogram("l", 1, FieldRange(0, 2001), min_doc_count=1)
+    with pytest.raises(OTSServiceError) as info:
+        search(client, group_bys=[wide])
+    assert (info.value.http_status, info.value.code) == (400, "OTSParameterInvalid")
+    assert "2000" in info.value.message

@@ -11,10 +11,10 @@ Group-bys (each with sub-aggregations and sub-group-bys, evaluated on its bucket
 field (keys as strings; default order row count descending then key ascending; size default 10,
 at most 2000), range ([from, to) on numbers, a document counted once per range it has a value
 in), filter (one bucket per query, in request order), geo distance (metres from an origin,
-haversine), histogram (buckets of `interval` from 0 within `field_range`, `min_doc_count`,
-`missing_value`) and date histogram (fixed units, and calendar months, quarters and years, in
-`time_zone`). Results are encoded exactly as the SDK decodes them (`AggregationsResult`,
-`GroupBysResult`).
+haversine), histogram (buckets of `interval` from 0 within `field_range`, which bounds them but
+adds no empty ones beyond the data; `min_doc_count`, `missing_value`) and date histogram (fixed
+units, and calendar months, quarters and years, in `time_zone`). Results are encoded exactly as
+the SDK decodes them (`AggregationsResult`, `GroupBysResult`).
 """
 
 from __future__ import annotations
@@ -425,6 +425,8 @@ def _group_by_histogram(tools: Tools, docs: list[Any], body: bytes) -> bytes:
     high = _column_value(proto.field_range.max, "field_range max")
     if type(low) not in (int, float) or type(high) not in (int, float) or low > high:
         raise invalid(f"GroupByHistogram field_range is invalid: [{low!r}, {high!r}].")
+    if (high - low) / interval > MAX_HISTOGRAM_BUCKETS:  # the documented limit on the request
+        raise invalid(f"GroupByHistogram would return more than {MAX_HISTOGRAM_BUCKETS} buckets.")
     is_long = path.type == spb.LONG and type(interval) is int
 
     def bucket_of(v: Any) -> Any:
@@ -435,14 +437,12 @@ def _group_by_histogram(tools: Tools, docs: list[Any], body: bytes) -> bytes:
     groups = {k: v for k, v in groups.items() if low <= k <= high or bucket_of(low) == k}
     min_count = proto.min_doc_count if proto.HasField("min_doc_count") else 0
     keys = set(groups)
-    if min_count == 0:  # empty buckets in between, as far as the range reaches
-        first, last = bucket_of(low), bucket_of(high)
-        if (last - first) / interval > MAX_HISTOGRAM_BUCKETS:
-            raise invalid(f"GroupByHistogram would return more than {MAX_HISTOGRAM_BUCKETS} buckets.")
-        key = first
-        while key <= last:
-            keys.add(int(key) if is_long else float(key))
-            key += interval
+    if min_count == 0 and keys:
+        # Empty buckets fill the gaps between the first and the last bucket, never beyond them:
+        # field_range only bounds the buckets (the SDK's group_by_test.py::test_group_by_histogram).
+        first, last = min(keys), max(keys)
+        middles = (first + (n + 0.5) * interval for n in range(round((last - first) / interval)))
+        keys.update(bucket_of(m) for m in middles)  # a middle, so float steps never round down
     buckets = [_Bucket(k, groups.get(k, [])) for k in keys]
     buckets = [b for b in buckets if len(b.docs) >= min_count]
     _sort_buckets(tools, proto, buckets, [("key", False)])
