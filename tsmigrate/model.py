@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from contextlib import suppress
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, ClassVar, get_args
 
@@ -38,7 +39,10 @@ PYTHON_TYPES: dict[Any, str] = {
     # Stored as INTEGER: a datetime as epoch milliseconds, a Decimal (money) in minor units.
     datetime: schema.INTEGER,
     Decimal: schema.INTEGER,
+    date: schema.STRING,  # 'YYYY-MM-DD', which sorts by date
 }
+# The Python types whose stored value differs from the Python value (stored_value converts).
+CONVERTED_TYPES = (datetime, Decimal, date)
 _TYPE_NAMES = {"STRING", "INTEGER", "BINARY", "DOUBLE", "BOOLEAN"}
 
 
@@ -307,8 +311,11 @@ class AccessPattern(_Declaration):
 
 def stored_value(declaration: PrimaryKey | Column, value: Any) -> Any:
     """A field's Python value as Tablestore stores it: a datetime as epoch milliseconds, a
-    Decimal as an integer of minor units; other values unchanged (None stays None)."""
+    Decimal as an integer of minor units, a date as 'YYYY-MM-DD'; other values unchanged (None
+    stays None)."""
     python_type = declaration.python_type
+    if python_type is date and value is not None:
+        return _stored_date(declaration, value)
     if value is None or (python_type is not datetime and python_type is not Decimal):
         return value
     if python_type is datetime:
@@ -338,9 +345,26 @@ def stored_value(declaration: PrimaryKey | Column, value: Any) -> Any:
     return int(minor)
 
 
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _stored_date(declaration: PrimaryKey | Column, value: Any) -> str:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str) and _ISO_DATE.match(value):
+        with suppress(ValueError):  # 'YYYY-MM-DD' given directly, if it is a real day
+            return date.fromisoformat(value).isoformat()
+    raise ValueError(
+        f"field {declaration.name!r} is a date: give a datetime.date or 'YYYY-MM-DD', "
+        f"not {type(value).__name__} {value!r}"
+    )
+
+
 def python_value(declaration: PrimaryKey | Column, stored: Any) -> Any:
     """The inverse of ``stored_value``."""
     python_type = declaration.python_type
+    if python_type is date and isinstance(stored, str) and _ISO_DATE.match(stored):
+        return date.fromisoformat(stored)
     if python_type is datetime and isinstance(stored, int):
         return datetime.fromtimestamp(stored / 1000, tz=timezone.utc)
     if python_type is Decimal and isinstance(stored, int):
@@ -598,15 +622,9 @@ class Model:
                 ))
             else:
                 declared = fields.get(family.field)
-                if declared is None or declared.python_type not in (int, datetime):
-                    problems.append(cls._problem(
-                        "family", "model.family",
-                        f"the family's field {family.field!r} must be an int (epoch ms) or "
-                        "datetime field of the model",
-                        f"declare {family.field} = PrimaryKey(int) or Column(datetime)",
-                    ))
                 problems.extend(
-                    cls._problem("family", "model.family", text, "") for text in family.problems()
+                    cls._problem("family", "model.family", text, fix)
+                    for text, fix in family.problems(declared.python_type if declared else None)
                 )
         return problems
 

@@ -173,11 +173,11 @@ def test_restore_of_a_missing_or_broken_archive_is_a_clear_error(ots_instance, t
 def test_family_declaration_problems_are_reported():
     class Bad(Model, table="bad_family", family=Monthly("rank", retain=2)):
         keyword = PrimaryKey(str)
-        rank = Column(str)
+        rank = Column(float)
 
     _, problems = Bad.compile()
     messages = " ".join(p.message for p in problems)
-    assert "must be an int (epoch ms) or datetime field" in messages
+    assert "the family's field 'rank' must be a date" in messages
     assert "archive= must say where their rows go" in messages
 
 
@@ -203,15 +203,21 @@ def test_archive_to_an_fsspec_url_and_restore_with_old_timestamps(ots_instance, 
     assert client.describe_table("restored").table_options.max_time_deviation == 86400  # set back
 
 
-def test_plan_command_plans_the_coming_months(tmp_path):
+@pytest.mark.parametrize(("declaration", "family"), [
+    ("captured_at = PrimaryKey(datetime)", "Monthly('captured_at', ahead=1)"),
+    ("day = PrimaryKey(str)", "Monthly('day', ahead=1)"),  # 'YYYY-MM-DD' days
+    ("day = PrimaryKey(int)", "Monthly('day', ahead=1, format='%Y%m%d')"),
+    ("day = PrimaryKey(date)", "Monthly('day', ahead=1)"),
+])
+def test_plan_command_plans_the_coming_months(tmp_path, declaration, family):
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (tmp_path / "app_models.py").write_text(
-        "from datetime import datetime\n"
+        "from datetime import date, datetime\n"
         "from tsmigrate import Column, Model, PrimaryKey\n"
         "from tsmigrate.families import Monthly\n\n"
-        "class Snap(Model, table='snaps', family=Monthly('captured_at', ahead=1)):\n"
+        f"class Snap(Model, table='snaps', family={family}):\n"
         "    keyword = PrimaryKey(str)\n"
-        "    captured_at = PrimaryKey(datetime)\n"
+        f"    {declaration}\n"
         "    rank = Column(int)\n")
     done = clirun.run(tmp_path, "plan")
     assert done.returncode == 0, done.stderr
