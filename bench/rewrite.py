@@ -12,15 +12,24 @@ Measured side by side in one run, on the same rows and the same server:
   rows, replayed from `--workers` parallel connections: what the server itself can take;
 - apply: the whole rewrite as a user runs it, `tsmigrate apply` on a model that replaces the
   source (prepare, the backfill with change capture, catch-up and verification), printed as
-  `apply_rows_per_s=X apply_vs_ceiling=Y` before the last line.
+  `apply_rows_per_s=X apply_vs_ceiling=Y client_cpu_us_per_row=C server_cpu_us_per_row=S`
+  before the last line.
+
+CPU per row: the client's is the rusage of the process doing the rewrite (its threads, and its
+worker processes once ended); the server's is its process's utime + stime from /proc over the
+same run. On the real service the client's decides how many cores a rewrite needs. Every process
+imports compiled modules, as from an install (``compiled_modules``).
 
 Threads and processes are compared side by side (`--executor both`, the default), and the
 faster is the rewrite's figure. The machine may be shared: rewrite and ceiling take turns
 (`--repeat`, 3 by default) and the best of each counts; peak RSS is the largest of all runs.
-With `--latency-ms L`, a second server with L ms per request measures the rewrite with 1, 2, 4
-and 8 worker threads. The last line is:
+With `--latency-ms L`, a second server with L ms per request (headroom, as the service's
+scale-out gives) measures the backfill with 1, 2 and 4 workers as threads, processes and a Dask
+LocalCluster (one single-threaded worker process each), printed as the latency line. The last
+line is the backfill's (one line):
 
 rows=N rewrite_rows_per_s=X naive_rows_per_s=Y ceiling_rows_per_s=Z vs_naive=A vs_ceiling=B peak_rss_mb=M
+client_cpu_us_per_row=C server_cpu_us_per_row=S
 
     python bench/rewrite.py --rows 200000 [--workers 2] [--latency-ms 20]
 """
@@ -55,7 +64,7 @@ from tsmigrate.local.plainbuffer import HEADER, assemble_row, encode_cell, encod
 from tsmigrate.rawclient import RawClient  # noqa: E402
 from tsmigrate.rewrite import splits  # noqa: E402
 from tsmigrate.rewrite.copy import read_page, versions  # noqa: E402
-from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill  # noqa: E402
+from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob  # noqa: E402
 from tsmigrate.rewrite.transform import build  # noqa: E402
 from tsmigrate.rewrite.writer import BatchWriter  # noqa: E402
@@ -128,11 +137,37 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool, out: Any) -> None:
+def cpu_s_of(pid: int) -> float:
+    """utime + stime of a running process, every thread (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _executor(kind: str, workers: int) -> Any:
+    if kind == "dask":
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        executor = DaskExecutor(Client(cluster))
+        executor.cluster = cluster  # type: ignore[attr-defined]
+        return executor
+    return InProcessExecutor(workers, processes=kind == "processes")
+
+
+def _close(executor: Any) -> None:
+    executor.close()
+    if hasattr(executor, "cluster"):
+        executor.client.close()
+        executor.cluster.close()
+
+
+def rewrite_phase(endpoint: str, target: str, workers: int, kind: str, out: Any) -> None:
     spec = ConnectionSpec(endpoint, INSTANCE)
     client = spec.client()
     create(client, target_table(target))
     peak = [0]
+    sampler_cpu = [0.0]
     running = threading.Event()
     running.set()
 
@@ -140,21 +175,24 @@ def rewrite_phase(endpoint: str, target: str, workers: int, processes: bool, out
         while running.is_set():
             peak[0] = max(peak[0], _tree_rss_kb(os.getpid()))
             time.sleep(0.05)
+        sampler_cpu[0] = time.thread_time()  # the bench's own work, not the rewrite's
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     job = job_for(target)
-    executor = InProcessExecutor(workers, processes=processes)
+    executor = _executor(kind, workers)
+    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = sum(u.ru_utime + u.ru_stime for u in usage)
     start = time.perf_counter()
     ranges = splits.plan(client, job.id, SOURCE, workers)
     planned = time.perf_counter() - start
     result = run_backfill(spec, job, ranges, executor)
     elapsed = time.perf_counter() - start
-    executor.close()  # worker processes end here: their CPU time is counted once they have
-    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = sum(u.ru_utime + u.ru_stime for u in usage)
+    _close(executor)  # worker processes end here: their CPU time is counted once they have
     running.clear()
     sampler.join()
+    usage = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = sum(u.ru_utime + u.ru_stime for u in usage) - cpu_before - sampler_cpu[0]
     out.send({"rows": result.rows, "rows_per_s": result.rows / elapsed, "splits": len(ranges),
               "peak_rss_mb": peak[0] / 1024, "cpu_us_per_row": cpu_s / result.rows * 1e6,
               "cpu_share": cpu_s / elapsed, "split_points_s": planned})
@@ -167,9 +205,11 @@ FORKS = multiprocessing.get_context("forkserver")
 FORKS.set_forkserver_preload(["tsmigrate.rewrite.executors", "tsmigrate.rewrite.copy", "tsmigrate.state"])
 
 
-def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
+def rewrite(endpoint: str, target: str, workers: int, kind: str, server: int) -> dict:
+    """The backfill in a child process, with the CPU per row the ``server`` process spent."""
     receive, send = FORKS.Pipe(duplex=False)
-    child = FORKS.Process(target=rewrite_phase, args=(endpoint, target, workers, processes, send))
+    child = FORKS.Process(target=rewrite_phase, args=(endpoint, target, workers, kind, send))
+    server_before = cpu_s_of(server)
     child.start()
     send.close()
     try:
@@ -179,6 +219,7 @@ def rewrite(endpoint: str, target: str, workers: int, processes: bool) -> dict:
     child.join()
     if result is None or child.exitcode != 0:
         raise SystemExit(f"the rewrite into {target} failed (exit code {child.exitcode})")
+    result["server_cpu_us_per_row"] = (cpu_s_of(server) - server_before) / result["rows"] * 1e6
     return result
 
 
@@ -198,21 +239,27 @@ class Serp(Model, table="serp_by_keyword", replaces="serp_snapshots", max_time_d
 """
 
 
-def end_to_end(endpoint: str, rows: int, workers: int) -> float:
+def end_to_end(endpoint: str, rows: int, workers: int, server: int) -> tuple[float, float, float]:
     """`tsmigrate apply` in a subprocess on a project whose model replaces the source: prepare,
-    the backfill with change capture, catch-up and verification, up to phase ready."""
+    the backfill with change capture, catch-up and verification, up to phase ready. Rows/s,
+    and the client's (the subprocess's) and the ``server`` process's CPU us per row."""
     with tempfile.TemporaryDirectory() as root:
         project = Path(root)
         (project / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["bench_models"]\n')
         (project / "bench_models.py").write_text(MODELS)
         env = {**os.environ, "TSMIGRATE_ENDPOINT": endpoint, "TSMIGRATE_INSTANCE": INSTANCE}
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_before = cpu_s_of(server)
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--workers",
                                str(workers)], cwd=project, env=env, capture_output=True, text=True)
         elapsed = time.perf_counter() - start
+        server_s = cpu_s_of(server) - server_before
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0 or "ready" not in done.stdout:
         raise SystemExit(f"tsmigrate apply failed ({done.returncode}): {done.stderr[-2000:]}")
-    return rows / elapsed
+    client_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    return rows / elapsed, client_s / rows * 1e6, server_s / rows * 1e6
 
 
 # -- the naive loop and the ceiling -----------------------------------------------------------
@@ -236,8 +283,10 @@ def naive(client: ts.OTSClient, target: str, rows: int) -> float:
     return done / (time.perf_counter() - start)
 
 
-def ceiling(client: ts.OTSClient, endpoint: str, target: str, workers: int) -> float:
-    """The same target rows as pre-signed BatchWriteRow requests, from parallel connections."""
+def ceiling(client: ts.OTSClient, endpoint: str, target: str, workers: int,
+            server: int) -> tuple[float, float]:
+    """The same target rows as pre-signed BatchWriteRow requests, from parallel connections:
+    rows/s, and the ``server`` process's CPU us per row (the writes' share of a copy's)."""
     job = job_for(target)
     transform = build(job)
     create(client, job.target)
@@ -279,15 +328,21 @@ def ceiling(client: ts.OTSClient, endpoint: str, target: str, workers: int) -> f
                 raise SystemExit(f"BatchWriteRow: HTTP {response.status}: {data[:200]!r}")
 
     threads = [threading.Thread(target=replay) for _ in range(workers)]
+    server_before = cpu_s_of(server)
     began = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return rows / (time.perf_counter() - began)
+    elapsed = time.perf_counter() - began
+    return rows / elapsed, (cpu_s_of(server) - server_before) / rows * 1e6
 
 
-def scaling(rows: int, latency_ms: float, processes: bool) -> str:
+SCALING_KINDS = ("threads", "processes", "dask")
+
+
+def scaling(rows: int, latency_ms: float) -> str:
+    """Backfill rows/s with 1, 2, 4 workers of each kind against a server with ``latency_ms``."""
     proc, endpoint = start_server("--memory", "--latency-ms", str(latency_ms))
     try:
         spec = ConnectionSpec(endpoint, INSTANCE)
@@ -296,15 +351,29 @@ def scaling(rows: int, latency_ms: float, processes: bool) -> str:
         create(client, SOURCE)
         fill(spec, rows)
         figures = []
-        for workers in (1, 2, 4, 8):
-            result = rewrite(endpoint, f"scale_{workers}", workers, processes)
-            figures.append(f"workers_{workers}_rows_per_s={result['rows_per_s']:.0f}")
-            print(f"latency {latency_ms} ms, {workers} workers: {result['rows_per_s']:,.0f} rows/s "
-                  f"({result['splits']} splits)", flush=True)
+        for kind in SCALING_KINDS:
+            for workers in (1, 2, 4):
+                result = rewrite(endpoint, f"scale_{kind}_{workers}", workers, kind, proc.pid)
+                figures.append(f"{kind}_{workers}_rows_per_s={result['rows_per_s']:.0f}")
+                print(f"latency {latency_ms} ms, {workers} {kind}: {result['rows_per_s']:,.0f} rows/s "
+                      f"({result['splits']} splits, client CPU {result['cpu_us_per_row']:.0f} us/row)",
+                      flush=True)
         return f"latency_ms={latency_ms:g} rows={rows} " + " ".join(figures)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def compiled_modules(cache: str) -> None:
+    """Every Python process of the bench (the rewrite's, its workers', apply's) imports compiled
+    modules, as from an install (pip compiles them once): this machine may say not to write
+    bytecode (PYTHONDONTWRITEBYTECODE), and compiling every module again in each process would
+    count as the rewrite's CPU. Their bytecode is kept in ``cache``, out of the tree."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = cache
+    subprocess.run([sys.executable, "-c", "import importlib.util, tsmigrate.cli, tsmigrate.rewrite.driver, "
+                    "tsmigrate.rewrite.executors, tsmigrate.rewrite.verify\n"
+                    "if importlib.util.find_spec('distributed'): import distributed"], check=True)
 
 
 def main() -> None:
@@ -315,12 +384,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="rewrite workers and ceiling connections")
     parser.add_argument("--executor", choices=["threads", "processes", "both"], default="both")
     parser.add_argument("--latency-ms", type=float, default=None,
-                        help="also measure 1, 2, 4, 8 workers against a server with this latency")
+                        help="also measure 1, 2, 4 workers of each kind against a server with this latency")
     parser.add_argument("--scaling-rows", type=int, default=40_000)
     parser.add_argument("--repeat", type=int, default=3, help="turns of rewrite and ceiling; the best counts")
     args = parser.parse_args()
     os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
     os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"] = AK_SECRET
+    pycache = tempfile.TemporaryDirectory(prefix="bench-rewrite-pycache-")  # removed at exit
+    compiled_modules(pycache.name)
     first = FORKS.Process(target=int)  # the fork server starts now, with the files as they are
     first.start()
     first.join()
@@ -332,25 +403,26 @@ def main() -> None:
         create(client, SOURCE)
         fill(spec, args.rows)
         print(f"{args.rows:,} source rows written", flush=True)
-        kinds = {"threads": [False], "processes": [True], "both": [False, True]}[args.executor]
+        kinds = ["threads", "processes"] if args.executor == "both" else [args.executor]
         # The machine is shared: the rewrite and the ceiling take turns, --repeat times, and the
         # best of each counts, so a burst of someone else's load does not decide the ratio.
         results: dict[str, list[dict]] = {}
         ceilings = []
         for round_no in range(args.repeat):
-            ceilings.append(ceiling(client, endpoint, f"ceiling_{round_no}", args.workers))
-            print(f"ceiling (pre-encoded BatchWriteRow, {args.workers} connections): "
-                  f"{ceilings[-1]:,.0f} rows/s", flush=True)
-            for processes in kinds:
-                label = "processes" if processes else "threads"
-                run = rewrite(endpoint, f"rewrite_{label}_{round_no}", args.workers, processes)
+            rate, server_us = ceiling(client, endpoint, f"ceiling_{round_no}", args.workers, proc.pid)
+            ceilings.append(rate)
+            print(f"ceiling (pre-encoded BatchWriteRow, {args.workers} connections): {rate:,.0f} rows/s, "
+                  f"server CPU {server_us:.0f} us/row", flush=True)
+            for label in kinds:
+                run = rewrite(endpoint, f"rewrite_{label}_{round_no}", args.workers, label, proc.pid)
                 if run["rows"] != args.rows:
                     raise SystemExit(f"the rewrite copied {run['rows']} rows of {args.rows}")
                 results.setdefault(label, []).append(run)
                 print(f"rewrite, {args.workers} {label}: {run['rows_per_s']:,.0f} rows/s, "
                       f"{run['splits']} splits ({run['split_points_s']:.1f} s for split points), "
                       f"peak RSS {run['peak_rss_mb']:.0f} MB, client CPU "
-                      f"{run['cpu_us_per_row']:.0f} us/row ({run['cpu_share']:.0%} of a core)", flush=True)
+                      f"{run['cpu_us_per_row']:.0f} us/row ({run['cpu_share']:.0%} of a core), server CPU "
+                      f"{run['server_cpu_us_per_row']:.0f} us/row", flush=True)
         best_of = {label: max(runs, key=lambda r: r["rows_per_s"]) for label, runs in results.items()}
         best_label = max(best_of, key=lambda k: best_of[k]["rows_per_s"])
         best = best_of[best_label]
@@ -358,21 +430,24 @@ def main() -> None:
         ceiling_rate = max(ceilings)
         naive_rate = naive(client, "naive", min(args.rows, NAIVE_ROWS))
         print(f"naive get_range/put_row: {naive_rate:,.0f} rows/s", flush=True)
-        apply_rate = end_to_end(endpoint, args.rows, args.workers)
+        apply_rate, apply_client, apply_server = end_to_end(endpoint, args.rows, args.workers, proc.pid)
         print(f"tsmigrate apply (prepare, backfill with capture, catch-up, verification), "
-              f"{args.workers} workers: {apply_rate:,.0f} rows/s", flush=True)
+              f"{args.workers} workers: {apply_rate:,.0f} rows/s, client CPU {apply_client:.0f} us/row, "
+              f"server CPU {apply_server:.0f} us/row", flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
     if args.latency_ms is not None:
-        # Threads: eight worker processes would take the two cores' time from the server.
-        print(scaling(args.scaling_rows, args.latency_ms, processes=False), flush=True)
+        print(scaling(args.scaling_rows, args.latency_ms), flush=True)
     rate = best["rows_per_s"]
-    print(f"apply_rows_per_s={apply_rate:.0f} apply_vs_ceiling={apply_rate / ceiling_rate:.2f}")
+    print(f"apply_rows_per_s={apply_rate:.0f} apply_vs_ceiling={apply_rate / ceiling_rate:.2f} "
+          f"client_cpu_us_per_row={apply_client:.0f} server_cpu_us_per_row={apply_server:.0f}")
     print(
         f"rows={args.rows} rewrite_rows_per_s={rate:.0f} naive_rows_per_s={naive_rate:.0f} "
         f"ceiling_rows_per_s={ceiling_rate:.0f} vs_naive={rate / naive_rate:.2f} "
-        f"vs_ceiling={rate / ceiling_rate:.2f} peak_rss_mb={best['peak_rss_mb']:.0f}"
+        f"vs_ceiling={rate / ceiling_rate:.2f} peak_rss_mb={best['peak_rss_mb']:.0f} "
+        f"client_cpu_us_per_row={best['cpu_us_per_row']:.0f} "
+        f"server_cpu_us_per_row={best['server_cpu_us_per_row']:.0f}"
     )
 
 

@@ -147,6 +147,8 @@ class ReadCounter:
 def rows_read(ots_instance, table: str) -> Iterator[ReadCounter]:
     """Count, on the (in-process) server, the rows of ``table`` GetRange answers meanwhile, to
     whomever asks: threads, worker processes and subprocesses all read through the server."""
+    from tablestore.protobuf.table_store_pb2 import GetRangeResponse
+
     from tsmigrate.local import server as server_module
     from tsmigrate.local.plainbuffer import decode_rows
 
@@ -157,7 +159,8 @@ def rows_read(ots_instance, table: str) -> Iterator[ReadCounter]:
         response = handler(ctx, request)
         if ctx.instance == counter.instance and request.table_name == counter.table:
             counter.requests += 1  # handlers run one at a time (the storage lock): no race
-            counter.rows += len(decode_rows(response.rows)) if response.rows else 0
+            rows = GetRangeResponse.FromString(response).rows  # the handler answers serialized
+            counter.rows += len(decode_rows(rows)) if rows else 0
         return response
 
     server_module.HANDLERS["GetRange"] = (request_cls, counting)

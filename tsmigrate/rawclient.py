@@ -68,9 +68,10 @@ class RawClient:
     def __init__(self, client: OTSClient):
         self.client = retry.install(client)
 
-    def call(self, api: str, request: Message, response_type: type[Message]) -> Any:
-        """Send one signed request and parse the answer, retried by the client's retry policy."""
-        body = request.SerializeToString()
+    def call(self, api: str, request: Message | bytes, response_type: type[Message]) -> Any:
+        """Send one signed request (a message, or one already encoded) and parse the answer,
+        retried by the client's retry policy."""
+        body = request if isinstance(request, bytes) else request.SerializeToString()
         query = "/" + api
         retries = 0
         while True:

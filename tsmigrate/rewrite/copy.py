@@ -22,7 +22,8 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.transform import DIGEST_MASK, Page, build
+from tsmigrate.rewrite.rowbytes import DIGEST_MASK
+from tsmigrate.rewrite.transform import Page, build
 from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 PAGE_ROWS = 5000

@@ -12,6 +12,7 @@ page gets here, so cell checksums are carried, not recomputed.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import sys
 from collections.abc import Sequence
@@ -30,7 +31,17 @@ _F64 = struct.Struct("<d").unpack_from
 _T = tuple(crc8_bytes(0, bytes((i,))) for i in range(256))
 _T2 = tuple(_T[_T[u & 0xFF] ^ (u >> 8)] for u in range(1 << 16))
 _LITTLE_ENDIAN = sys.byteorder == "little"
+CRC8_TABLE = _T
+# CRC8_SHIFT[k][c]: the CRC-8 of c followed by k zero bytes. The table step is linear, so the
+# CRC from c over k bytes is CRC8_SHIFT[k % 127][c] ^ (the CRC from 0 over them): the step, as a
+# permutation of the 255 nonzero values, has order 127.
+CRC8_SHIFT: list[tuple[int, ...]] = [tuple(range(256))]
+for _ in range(126):
+    CRC8_SHIFT.append(tuple(_T[c] for c in CRC8_SHIFT[-1]))
 ROW_CHECKSUM = tuple(bytes((0x09, i)) for i in range(256))
+
+DIGEST_BITS = 128
+DIGEST_MASK = (1 << DIGEST_BITS) - 1
 
 _names: dict[bytes, str] = {}
 _NAMES_MAX = 4096
@@ -45,6 +56,70 @@ def row_checksum(pk_crcs: bytes | bytearray | Sequence[int], cell_crcs: bytes | 
     for b in cell_crcs:
         crc = t[crc ^ b]
     return t[crc]
+
+
+def content_digest(cells: bytes) -> int:
+    """The hash of a row's content: its key cells, 0x02, its attribute cells (versions and
+    timestamps included), as encoded."""
+    return int.from_bytes(hashlib.blake2b(cells, digest_size=DIGEST_BITS // 8).digest(), "little")
+
+
+def row_digest(pk_cells: bytes, attribute_cells: bytes) -> int:
+    return content_digest(pk_cells + b"\x02" + attribute_cells)
+
+
+def is_empty_page(buf: bytes) -> bool:
+    """Whether a GetRange page holds no rows; a page that does must start with the header."""
+    if not buf:
+        return True
+    if buf[:4] != HEADER:
+        raise PlainBufferError(f"a page must start with the PlainBuffer header, got {buf[:4].hex()}")
+    return False
+
+
+def row_end(buf: bytes, pos: int) -> int:
+    """Where the next row starts, for a row whose cells end at ``pos``: after the optional
+    delete marker and the row checksum."""
+    if buf[pos] == 0x08:
+        pos += 1
+    if buf[pos] != 0x09:
+        raise PlainBufferError(f"row checksum tag expected at offset {pos}")
+    return pos + 2
+
+
+def row_spans(buf: bytes) -> list[tuple[int, int, int]]:
+    """Where each row of a page is: (start of its key cells, their end, the end of its
+    attribute cells); with attributes, ``buf[start:attributes_end]`` is the key cells, 0x02 and
+    the attribute cells. Nothing is decoded."""
+    if is_empty_page(buf):
+        return []
+    i32 = _I32
+    spans = []
+    pos, n = 4, len(buf)
+    try:
+        while pos < n:
+            pos += 1  # TAG_ROW_PK
+            start = pos
+            while buf[pos] == 0x03:
+                pos += 6 + i32(buf, pos + 2)[0]
+                pos += 7 + i32(buf, pos + 1)[0]  # TAG_CELL_VALUE len32 value TAG_CELL_CHECKSUM crc
+            key_end = pos
+            if buf[pos] == 0x02:
+                pos += 1
+                while buf[pos] == 0x03:
+                    pos += 6 + i32(buf, pos + 2)[0]
+                    if buf[pos] == 0x05:
+                        pos += 5 + i32(buf, pos + 1)[0]
+                    if buf[pos] == 0x06:
+                        pos += 2
+                    if buf[pos] == 0x07:
+                        pos += 9
+                    pos += 2  # TAG_CELL_CHECKSUM crc
+            spans.append((start, key_end, pos))
+            pos = row_end(buf, pos)
+    except (IndexError, struct.error) as exc:
+        raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
+    return spans
 
 
 def _name(buf: bytes, start: int, end: int) -> str:
@@ -100,10 +175,8 @@ def scan_rows(
     """The rows of a GetRange page. ``wanted`` names the attribute columns whose newest value
     is decoded; ``drop`` those left out of ``attributes``; ``with_cells`` lists every attribute
     cell's position and timestamp."""
-    if not buf:
+    if is_empty_page(buf):
         return []
-    if buf[:4] != HEADER:
-        raise PlainBufferError(f"a page must start with the PlainBuffer header, got {buf[:4].hex()}")
     i32 = _I32
     names = _names
     look = wanted | drop
@@ -171,11 +244,7 @@ def scan_rows(
                 attr_end = pos
                 if kept is not None:
                     kept.append(buf[piece:attr_end])
-            if buf[pos] == 0x08:
-                pos += 1
-            if buf[pos] != 0x09:
-                raise PlainBufferError(f"row checksum tag expected at offset {pos}")
-            pos += 2
+            pos = row_end(buf, pos)
             attributes = b"".join(kept) if kept is not None else buf[attr_start:attr_end]
             rows.append(ScannedRow(pk, pk_cells, pk_start, pk_end, attributes, bytes(crcs), values, cells))
     except (IndexError, struct.error, UnicodeDecodeError) as exc:

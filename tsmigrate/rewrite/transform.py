@@ -19,7 +19,6 @@ bytes. Both give the same target row, byte for byte, and the same digest.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,11 +28,18 @@ from tsmigrate.errors import KeyDerivationError, TsmigrateError
 from tsmigrate.keys import Derivation
 from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
 from tsmigrate.rewrite import functions
-from tsmigrate.rewrite.rowbytes import ROW_CHECKSUM, ScannedRow, key_cell, row_checksum, scan_rows
+from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
+from tsmigrate.rewrite.rowbytes import (
+    DIGEST_MASK,
+    ROW_CHECKSUM,
+    ScannedRow,
+    key_cell,
+    row_checksum,
+    row_digest,
+    scan_rows,
+)
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
-DIGEST_BITS = 128
-DIGEST_MASK = (1 << DIGEST_BITS) - 1
 _PK_TYPES: dict[str, frozenset[type]] = {
     STRING: frozenset({str}), INTEGER: frozenset({int}), BINARY: frozenset({bytes, bytearray}),
 }
@@ -64,14 +70,6 @@ class TransformError(TsmigrateError):
 class TargetRow:
     primary_key: Key
     columns: Cells  # (name, value, timestamp), every version
-
-
-def row_digest(pk_cells: bytes, attribute_cells: bytes) -> int:
-    """The hash of a row's content (key, columns, versions, timestamps) from its encoded cells."""
-    return int.from_bytes(
-        hashlib.blake2b(pk_cells + b"\x02" + attribute_cells, digest_size=DIGEST_BITS // 8).digest(),
-        "little",
-    )
 
 
 @attrs.frozen
@@ -192,6 +190,7 @@ class RowTransform:
     _recover: frozenset[str]  # target attributes the source key is rebuilt from
     # For each target key column, the source key column it is a plain copy of (None: computed)
     _pk_copies: list[int | None]
+    _rekey: Rekey | None  # the fast path of ``page`` when the new key only moves columns
 
     @classmethod
     def build(
@@ -214,6 +213,7 @@ class RowTransform:
             f for f in source_naturals
             if f not in target_plain and (f in declared or f not in recoverable)
         ))
+        copies = [None] * len(target.primary_key) if custom else _plain_copies(source, target)
         return cls(
             source=source,
             target=target,
@@ -225,7 +225,8 @@ class RowTransform:
             target_side=_KeySide(target, types),
             custom=_load(custom) if custom else None,
             recover=frozenset(f for f in source_naturals if f not in recoverable),
-            pk_copies=[None] * len(target.primary_key) if custom else _plain_copies(source, target),
+            pk_copies=copies,
+            rekey=None if custom or added else Rekey.plan(source, target, copies, frozenset(dropped)),
         )
 
     @property
@@ -309,6 +310,12 @@ class RowTransform:
 
     def page(self, buf: bytes, detail: bool = False) -> Page:
         """Transform a GetRange page (PlainBuffer bytes) into encoded target rows."""
+        if self._rekey is not None and not detail:
+            try:
+                rows_out, total, size = self._rekey.page(buf)
+                return Page(rows_out, total & DIGEST_MASK, size)
+            except NotRekeyable:
+                pass  # the general path names the row that does not fit, and why
         adds = bool(self.added)
         rows = scan_rows(buf, self.key_sources, self.dropped, with_cells=adds)
         copies = self._pk_copies

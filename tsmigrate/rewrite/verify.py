@@ -1,13 +1,16 @@
 """Verification: the target holds exactly the transformed source, row for row.
 
 Both directions, per source split, from one order-independent hash: a row's digest covers its
-key and every cell (name, value, version timestamp) as encoded; a split's digest is the sum of
-its rows' digests mod 2**128. Source -> target: each source row of the split, transformed; for
-a split whose source rows the stream shows unchanged since the backfill copied them, the totals
-that copy recorded (``copied``) are those rows' totals, so only the target is read again.
-Target -> source: each target row, attributed to the split of the source key it tells
-(``source_key_of``). Equal counts and digests for every split mean equal tables, whatever the
-order rows were read or written in.
+key and every cell (name, value, version timestamp) as encoded, hashed as the bytes the service
+returned (no value is decoded); a split's digest is the sum of its rows' digests mod 2**128.
+Source -> target: each source row of the split, transformed; for a split whose source rows the
+stream shows unchanged since the backfill copied them, the totals that copy recorded
+(``copied``) are those rows' totals, so only the target is read again. Target -> source: the
+target's rows, counted and hashed. When the target's count and digest equal the sum of every
+split's, the tables are equal (a different row would have to be made up for by another with
+the very digest it lacks) and so is every split: the target's rows are not attributed to
+splits. Otherwise each target row is attributed to the split of the source key it tells
+(``source_key_of``), reading the target again, and the splits that differ are named.
 
 A split that differs is compared row by row to name the keys: a source row whose target row
 is missing or different, a target row no source row maps to, and collisions (two source rows
@@ -29,9 +32,9 @@ from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.rowbytes import scan_rows
+from tsmigrate.rewrite.rowbytes import DIGEST_MASK, content_digest, row_digest, row_spans, scan_rows
 from tsmigrate.rewrite.splits import Split, compute, locator
-from tsmigrate.rewrite.transform import DIGEST_MASK, RowTransform, build, format_key, row_digest
+from tsmigrate.rewrite.transform import RowTransform, build, format_key
 from tsmigrate.schema import Table
 
 MAX_DIFFERENCES = 10_000
@@ -120,6 +123,19 @@ def _pages(raw: RawClient, table: str, start: bytes, end: bytes, versions: int):
         start = following
 
 
+def _target_page_totals(buf: bytes) -> tuple[int, int]:
+    """Rows and digest sum of a page of target rows, hashed as read."""
+    count = digest = 0
+    for pk_start, pk_end, attributes_end in row_spans(buf):
+        count += 1
+        # The key cells and the attribute cells (with the 0x02 tag between) are contiguous
+        if attributes_end > pk_end:
+            digest += content_digest(buf[pk_start:attributes_end])
+        else:
+            digest += content_digest(buf[pk_start:pk_end] + b"\x02")
+    return count, digest
+
+
 def _source_rows(raw: RawClient, transform: RowTransform, split: Split):
     """(source key, target key, digest) of every source row of ``split``, transformed."""
     versions = transform.target.options.max_versions  # as many as the copy reads
@@ -168,12 +184,23 @@ def verify(
         if split.index in copied:
             return split.index, *copied[split.index]
         count = digest = 0
-        for _, _, row_hash in _source_rows(raw, transform, split):
-            count += 1
-            digest += row_hash
+        versions = transform.target.options.max_versions  # as many as the copy reads
+        for buf in _pages(raw, transform.source.name, split.start_bytes, split.end_bytes, versions):
+            page = transform.page(buf)
+            count += len(page.rows)
+            digest += page.digest
         return split.index, count, digest
 
-    def target_totals(part: Split) -> dict[int, list[int]]:
+    def target_totals(part: Split) -> tuple[int, int]:
+        count = digest = 0
+        for buf in _pages(raw, transform.target.name, part.start_bytes, part.end_bytes,
+                          transform.target.options.max_versions):
+            rows, page_digest = _target_page_totals(buf)
+            count += rows
+            digest += page_digest
+        return count, digest
+
+    def target_totals_by_split(part: Split) -> dict[int, list[int]]:
         totals: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
         for index, _, _, row_hash in _target_rows(raw, transform, splits, part.start_bytes, part.end_bytes):
             totals[index][0] += 1
@@ -182,12 +209,21 @@ def verify(
 
     with ThreadPoolExecutor(workers, thread_name_prefix="rewrite-verify") as pool:
         source = {index: (count, digest) for index, count, digest in pool.map(source_totals, splits)}
-        target: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
         # The target is read in ranges of its own split points.
-        for part in pool.map(target_totals, compute(client, transform.target, workers, target_bytes)):
-            for index, (count, digest) in part.items():
-                target[index][0] += count
-                target[index][1] += digest
+        parts = compute(client, transform.target, workers, target_bytes)
+        totals = list(pool.map(target_totals, parts))
+        source_count = sum(count for count, _ in source.values())
+        source_digest = sum(digest for _, digest in source.values())
+        equal = (sum(count for count, _ in totals) == source_count
+                 and (sum(digest for _, digest in totals) - source_digest) & DIGEST_MASK == 0)
+        target: dict[int, list[int]] = collections.defaultdict(lambda: [0, 0])
+        if equal:
+            target.update({index: list(split_totals) for index, split_totals in source.items()})
+        else:
+            for part_totals in pool.map(target_totals_by_split, parts):
+                for index, (count, digest) in part_totals.items():
+                    target[index][0] += count
+                    target[index][1] += digest
     verdicts = tuple(
         SplitVerdict(s.index, source[s.index][0], target[s.index][0],
                      source[s.index][1] & DIGEST_MASK, target[s.index][1] & DIGEST_MASK)

@@ -167,20 +167,18 @@ class BatchWriter:
     def _request(self, kind: int, rows: list[bytes]) -> tuple[list[bytes], OTSServiceError | None]:
         """Send once (the client's policy retries a refused request); the rows that failed
         with a retryable error, and that error."""
-        request = pb.BatchWriteRowRequest()
-        table = request.tables.add(table_name=self.table)
-        for row in rows:
-            item = table.rows.add(type=kind, row_change=row)
-            item.condition.row_existence = pb.IGNORE
+        body = batch_write_request(self.table, kind, rows)
         with self._stats_lock:
             self.stats.requests += 1
         with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
-            response = self.raw.call("BatchWriteRow", request, pb.BatchWriteRowResponse)
+            response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
         failed = []
         error = None
-        for row, result in zip(rows, response.tables[0].rows, strict=True):
-            if result.is_ok:
-                continue
+        results = response.tables[0].rows
+        if len(results) != len(rows):
+            raise WriteError(f"BatchWriteRow to {self.table!r} answered {len(results)} rows of {len(rows)}")
+        for position in [i for i, result in enumerate(results) if not result.is_ok]:
+            row, result = rows[position], results[position]
             exc = OTSServiceError(0, result.error.code, result.error.message)
             if not retry.retryable(exc, "BatchWriteRow"):
                 key = format_key(decode_row(row).primary_key)
@@ -190,6 +188,39 @@ class BatchWriter:
             failed.append(row)
             error = exc
         return failed, error
+
+
+# BatchWriteRowRequest encoded here rather than through the message classes: a row took an
+# object and two field assignments, 1.9 us of CPU against 0.3 (200 rows of 200 bytes, upb), a
+# tenth of the copy's whole budget per row. tables(1) { table_name(1), rows(2)* { type(1),
+# row_change(2), condition(3) { row_existence(1) = IGNORE } } }, the fields of
+# table_store.proto; tests/rewrite/test_writer.py parses it back with them.
+_CONDITION_IGNORE = b"\x1a\x02\x08" + bytes((pb.IGNORE,))
+_SHORT_VARINTS = 1 << 14  # lengths below this, encoded in one or two bytes, are kept
+_VARINTS = [bytes((n,)) if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) for n in range(_SHORT_VARINTS)]
+
+
+def _varint(n: int) -> bytes:
+    """Seven bits a byte, the lowest first, the high bit set on all but the last."""
+    if n < _SHORT_VARINTS:
+        return _VARINTS[n]
+    return bytes((n & 0x7F | 0x80,)) + _varint(n >> 7)
+
+
+def batch_write_request(table: str, kind: int, rows: Sequence[bytes]) -> bytes:
+    """The BatchWriteRowRequest of ``rows`` (encoded rows, HEADER + row each) for ``table``,
+    each of operation ``kind`` (pb.PUT, UPDATE, DELETE) with row existence IGNORE."""
+    varint = _varint
+    head = b"\x08" + bytes((kind,)) + b"\x12"  # type, then row_change's tag
+    fixed = len(head) + len(_CONDITION_IGNORE)
+    parts = []
+    for row in rows:
+        size = len(row)
+        length = varint(size)
+        parts += (b"\x12", varint(fixed + len(length) + size), head, length, row, _CONDITION_IGNORE)
+    name = table.encode("utf-8")
+    entry = b"".join([b"\x0a", varint(len(name)), name, *parts])
+    return b"\x0a" + varint(len(entry)) + entry
 
 
 def _wait_all(sent: list[Future[None]]) -> None:
@@ -205,16 +236,20 @@ def _written() -> None:
 
 def _batches(rows: Sequence[bytes]) -> Iterator[list[bytes]]:
     """Consecutive requests' rows, each within the service's row count and size."""
-    batch: list[bytes] = []
-    size = 0
-    for row in rows:
-        if batch and (len(batch) == MAX_BATCH_ROWS or size + len(row) > MAX_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(row)
-        size += len(row)
-    if batch:
+    rows = list(rows)
+    low = 0
+    while low < len(rows):
+        batch = rows[low : low + MAX_BATCH_ROWS]
+        if sum(map(len, batch)) > MAX_BATCH_BYTES:  # large rows: as many as fit (at least one)
+            size = count = 0
+            for row in batch:
+                if count and size + len(row) > MAX_BATCH_BYTES:
+                    break
+                size += len(row)
+                count += 1
+            batch = batch[:count]
         yield batch
+        low += len(batch)
 
 
 def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
