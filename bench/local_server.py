@@ -74,10 +74,14 @@ class Replayer:
         self.client = client
         url = urlparse(endpoint)
         self.conn = http.client.HTTPConnection(url.hostname, url.port)
+
+    def _connect(self) -> None:
+        # On the first send, not before the requests are prepared: the server closes a connection
+        # that sent no request within its header timeout (10 s), which preparing can outlast.
+        self.conn.connect()
         # http.client sends headers and body in two writes; without TCP_NODELAY the body waits
         # on Nagle's algorithm, which would be the client's cost, not the server's. The SDK's
         # urllib3 pool sets it too.
-        self.conn.connect()
         self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def prepare(self, api: str, *args: object) -> tuple[str, dict[str, str], bytes]:
@@ -86,6 +90,8 @@ class Replayer:
 
     def send(self, request: tuple[str, dict[str, str], bytes]) -> bytes:
         query, headers, body = request
+        if self.conn.sock is None:
+            self._connect()
         self.conn.request("POST", query, body, headers)
         response = self.conn.getresponse()
         data = response.read()

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from tsmigrate.local.filters import Filter
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.plainbuffer import HEADER, assemble_row, encode_primary_key_cells
+from tsmigrate.local.plainbuffer import (
+    HEADER,
+    assemble_row,
+    encode_primary_key_cells,
+    logical_size,
+    value_size,
+)
 from tsmigrate.local.storage import Cells, StoredRow, Version
 
 
@@ -20,14 +26,20 @@ def ttl_cutoff(table: TableInfo, now_ms: int) -> int | None:
     return None if table.ttl == -1 else now_ms - table.ttl * 1000
 
 
-def make_row(key: bytes, pk: bytes, pkc: bytes, pk_values: tuple[object, ...], cells: Cells) -> StoredRow:
-    """A stored row from its cells (name -> versions newest first); columns get sorted by name."""
+def make_row(
+    key: bytes, pk: bytes, pkc: bytes, pk_values: tuple[object, ...], cells: Cells,
+    lsize: int | None = None,
+) -> StoredRow:
+    """A stored row from its cells (name -> versions newest first); columns get sorted by name.
+    `lsize` is the row's logical size (see `StoredRow.lsize`) when the caller knows it."""
     names = sorted(cells)
     ordered = cells if names == list(cells) else {name: cells[name] for name in names}
     newest = [vs[0] for vs in ordered.values()]
     latest = assemble_row(pk, pkc, [(v[2], v[3]) for v in newest])
     mints = min([v[0] for v in newest]) if newest else None
-    return StoredRow(key, pk, pkc, latest, mints, StoredRow.pack(pk_values, ordered))
+    if lsize is None:  # from the values at hand: cheaper than walking `latest` (names are ASCII)
+        lsize = logical_size(pk) + sum([len(name) + value_size(vs[0][1]) for name, vs in ordered.items()])
+    return StoredRow(key, pk, pkc, latest, mints, StoredRow.pack(pk_values, ordered), lsize)
 
 
 def alive(table: TableInfo, row: StoredRow | None, now_ms: int) -> bool:
@@ -126,6 +138,14 @@ def read(table: TableInfo, row: StoredRow, spec: ReadSpec, now_ms: int) -> bytes
     if not selected and not (spec.pk_names or (not cells and spec.columns is None)):
         return None
     return assemble_row(pk, pkc, [(v[2], v[3]) for _, vs in selected for v in vs])
+
+
+def read_size(row: StoredRow, data: bytes) -> int:
+    """The logical size of `data`, what `read` answered for `row`: the stored one when the
+    answer is the whole row."""
+    if data is row.latest and row.lsize is not None:
+        return row.lsize
+    return logical_size(data)
 
 
 def _wanted(spec: ReadSpec, name: str) -> bool:

@@ -44,7 +44,6 @@ from tsmigrate.local.plainbuffer import (
     decode_row,
     encode_cell,
     encode_primary_key_cells,
-    join_rows,
     logical_size,
     value_size,
 )
@@ -293,15 +292,17 @@ class _Mutation:
             if not compile_filter(c.column_condition).matches(rowdata.filter_columns(cells)):
                 raise condition_failed()
 
-    def write(self, cells: Cells | None, change: RowChange | None = None) -> StoredRow | None:
+    def write(
+        self, cells: Cells | None, change: RowChange | None = None, lsize: int | None = None
+    ) -> StoredRow | None:
         """Store the row with `cells` (None deletes it) and run the mutation hooks, which see
-        `change` as `ctx.row_change`."""
+        `change` as `ctx.row_change`. `lsize`: the row's logical size, when the caller knows it."""
         storage = self.ctx.storage
         new = None
         txn = self.ctx.txn
         if txn is not None:  # held back until commit, which runs the hooks
             if cells is not None:
-                new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells)
+                new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells, lsize)
             txn.rows[self.key] = new
             txn.writes.append((self.table, self.key, new, change))
             return new
@@ -310,7 +311,7 @@ class _Mutation:
         if cells is None:
             storage.delete(self.table.table_id, self.key)
         else:
-            new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells)
+            new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells, lsize)
             storage.put(self.table.table_id, new)
         if self.hooks:
             self.ctx.row_change = change
@@ -394,8 +395,11 @@ def put_one(
     change = None
     if mutation.hooks or ctx.txn is not None:
         change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
-    new = mutation.write(cells, change)
-    return mutation.result(return_content, new, size + logical_size(mutation.pk))
+    size += logical_size(mutation.pk)
+    # With every name given once, the row's newest versions are the cells given: what the write
+    # meters is what the row's reads will.
+    new = mutation.write(cells, change, size if len(cells) == len(given) else None)
+    return mutation.result(return_content, new, size)
 
 
 def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
@@ -588,14 +592,15 @@ def get_row(ctx: Context, req: pb.GetRowRequest) -> pb.GetRowResponse:
         _, stored = _read_pk(ctx, table, req.primary_key)
         data = rowdata.read(table, stored, spec, ctx.now_ms) if stored is not None else None
     body = HEADER + data if data is not None else b""
-    read_cu = _cu(logical_size(data)) if data is not None else 1
+    read_cu = _cu(rowdata.read_size(stored, data)) if stored is not None and data is not None else 1
     return pb.GetRowResponse(consumed=_consumed(read=read_cu), row=body)
 
 
 # -- GetRange ------------------------------------------------------------------------------------
 
 
-def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
+def get_range(ctx: Context, req: pb.GetRangeRequest) -> bytes:
+    """The serialized GetRangeResponse."""
     table = readable_table(ctx, req.table_name)
     spec = _read_spec(table, req)
     start = check_pk(table, decode_primary_key(req.inclusive_start_primary_key), bound=True)
@@ -623,6 +628,7 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
     size = 0
     metered = 0  # logical size, what read CU are counted by
     next_row: Any = None  # the row the next page starts with
+    cutoff = rowdata.ttl_cutoff(table, now_ms)
     # Rows are read one at a time, so a page is cut while scanning: it reads the rows it returns
     # and at most one more, however big they are.
     with storage.lock, contextlib.ExitStack() as scanning:
@@ -632,42 +638,56 @@ def get_range(ctx: Context, req: pb.GetRangeRequest) -> pb.GetRangeResponse:
             )
         else:
             cursor = storage.scan_cursor(
-                table.table_id, start_key, end_key, forward, budget + 1, latest_only=spec.simple
+                table.table_id, start_key, end_key, forward, budget + 1,
+                latest_only=spec.simple, mints=cutoff is not None,
             )
             rows = scanning.enter_context(contextlib.closing(cursor))
-        cutoff = rowdata.ttl_cutoff(table, now_ms)
-        read = rowdata.read
+        read, read_size = rowdata.read, rowdata.read_size
         simple = spec.simple and ctx.txn is None
         for i, row in enumerate(rows):
             if i == budget:
                 next_row = row
                 break
-            if not simple:
-                data = read(table, row, spec, now_ms)
-            elif cutoff is None or row[2] is None or row[2] >= cutoff:
-                data = row[1]  # the stored encoding of the newest versions is the answer
+            if simple and (cutoff is None or row[3] is None or row[3] >= cutoff):
+                # The stored encoding of the newest versions is the answer, and the size stored
+                # with it what it meters (None in a row stored before sizes were).
+                data = row[1]
+                data_size = row[2] if row[2] is not None else logical_size(data)
             else:
-                data = read(table, storage.get(table.table_id, row[0]), spec, now_ms)
-            if data is None:
-                continue
+                stored = row if not simple else storage.get(table.table_id, row[0])
+                data = read(table, stored, spec, now_ms)
+                if data is None:
+                    continue
+                data_size = read_size(stored, data)
             if out and size + len(data) > PAGE_BYTES:
                 next_row = row
                 break
             out.append(data)
             size += len(data)
-            metered += logical_size(data)
+            metered += data_size
             if len(out) == limit:
                 next_row = next(rows, None)
                 break
         next_pk = None
         if isinstance(next_row, StoredRow):  # (an uncommitted row of a transaction is not stored)
             next_pk = next_row.pk, next_row.pkc
-        elif next_row is not None:  # a (key, latest, mints) of the fast path
+        elif next_row is not None:  # a (key, latest, lsize[, mints]) of the fast path
             next_pk = storage.primary_key(table.table_id, next_row[0])
-    resp = pb.GetRangeResponse(consumed=_consumed(read=_cu(metered)), rows=join_rows(out))
-    if next_pk is not None:
-        resp.next_start_primary_key = HEADER + assemble_row(*next_pk, ())
-    return resp
+    next_start = HEADER + assemble_row(*next_pk, ()) if next_pk is not None else None
+    return _get_range_response(_cu(metered), out, size, next_start)
+
+
+def _get_range_response(read_cu: int, rows: list[bytes], size: int, next_start: bytes | None) -> bytes:
+    """GetRangeResponse {consumed = 1, rows = 2 (HEADER + rows, or empty), next_start_primary_key
+    = 3}, the rows (`size` bytes) copied once: a protobuf message would copy a page three times."""
+    parts = [_pb_field(1, _consumed(read=read_cu).SerializeToString())]
+    if rows:
+        parts += (_varint(2 << 3 | 2), _varint(len(HEADER) + size), HEADER, *rows)
+    else:
+        parts.append(_pb_field(2, b""))
+    if next_start is not None:
+        parts.append(_pb_field(3, next_start))
+    return b"".join(parts)
 
 
 def _scan_in_transaction(
@@ -728,7 +748,9 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
                     continue
                 size += len(body)
                 result.is_ok = True
-                read_cu = _cu(logical_size(data)) if data is not None else 1
+                read_cu = 1
+                if stored is not None and data is not None:
+                    read_cu = _cu(rowdata.read_size(stored, data))
                 result.consumed.CopyFrom(_consumed(read=read_cu))
                 result.row = body
     return resp

@@ -3,7 +3,8 @@
 Rows live in one `WITHOUT ROWID` table keyed by (table_id, order-preserving key), so a GetRange is
 an index range scan. Per row we keep the encoded PK cells and their checksums, every cell version
 with its encoded PlainBuffer cell (value + timestamp) and checksum, and `latest`: the complete
-encoded row of the newest versions, so the common read (max_versions=1, whole row) is a copy.
+encoded row of the newest versions, so the common read (max_versions=1, whole row) is a copy, with
+`lsize`, its logical size (what the read meters), so the read walks no cell.
 
 One connection serialised by a lock: SQLite has one writer anyway, and under the GIL parallel
 readers would gain little. Each request runs in one transaction, so a failed request leaves nothing.
@@ -35,8 +36,10 @@ Version = tuple[int, object, bytes, int]
 Cells = dict[str, list[Version]]
 
 _INSERT_ROW = (
-    "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells, lsize)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_ROW_COLUMNS = "k, pk, pkc, latest, mints, cells, lsize"  # StoredRow's fields
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
     instance TEXT NOT NULL, name TEXT NOT NULL, table_id INTEGER NOT NULL, meta TEXT NOT NULL,
@@ -51,6 +54,10 @@ CREATE TABLE IF NOT EXISTS search_indexes (
     schema BLOB NOT NULL, ttl INTEGER NOT NULL, create_time INTEGER NOT NULL, meta TEXT NOT NULL,
     PRIMARY KEY (instance, table_name, index_name)) WITHOUT ROWID;
 """
+
+# Columns `rows` gained after data directories were first written, added when one is opened. Rows
+# written before (or by an older server since) hold NULL there: readers compute the value then.
+_ADDED_ROW_COLUMNS = (("lsize", "INTEGER"),)
 
 
 # SQLite's primary result codes for a write the disk refused (sqlite3.h): SQLITE_IOERR and
@@ -99,6 +106,9 @@ class StoredRow(NamedTuple):
     latest: bytes
     mints: int | None  # oldest timestamp among the newest versions (TTL fast path)
     blob: bytes  # marshal of (pk values, cells)
+    # `plainbuffer.logical_size(latest)`, what a whole-row read meters, kept so that a scan need
+    # not walk every cell; None for a row stored without it (see `_ADDED_ROW_COLUMNS`).
+    lsize: int | None = None
 
     @property
     def data(self) -> tuple[tuple[object, ...], Cells]:
@@ -142,6 +152,10 @@ class Storage:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA cache_size=-65536")
             self._db.executescript(_SCHEMA)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
+            for name, kind in _ADDED_ROW_COLUMNS:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE rows ADD COLUMN {name} {kind}")
         except sqlite3.Error as exc:
             self._db.close()
             if is_disk_failure(exc):  # opening writes (the WAL, the schema): say which disk
@@ -272,7 +286,7 @@ class Storage:
     def get(self, table_id: int, key: bytes) -> StoredRow | None:
         self._flush()
         row = self._db.execute(
-            "SELECT k, pk, pkc, latest, mints, cells FROM rows WHERE t = ? AND k = ?",
+            f"SELECT {_ROW_COLUMNS} FROM rows WHERE t = ? AND k = ?",
             (table_id, key),
         ).fetchone()
         return None if row is None else StoredRow(*row)
@@ -304,13 +318,16 @@ class Storage:
 
     def scan_cursor(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int,
-        latest_only: bool = False,
+        latest_only: bool = False, mints: bool = True,
     ) -> sqlite3.Cursor:
-        """`scan` one row at a time (only key, latest and mints with `latest_only`), for reads
-        that stop at a size: only the rows taken are read. Use it under the lock and close it
-        there."""
+        """`scan` one row at a time, for reads that stop at a size: only the rows taken are read.
+        With `latest_only` only (key, latest, lsize) and, with `mints`, mints (every column read
+        adds to a scan's time). Use it under the lock and close it there."""
         self._flush()
-        columns = "k, latest, mints" if latest_only else "k, pk, pkc, latest, mints, cells"
+        if latest_only:
+            columns = "k, latest, lsize, mints" if mints else "k, latest, lsize"
+        else:
+            columns = _ROW_COLUMNS
         where = "k >= ? AND k < ? ORDER BY k" if forward else "k <= ? AND k > ? ORDER BY k DESC"
         cursor = self._db.cursor()
         if not latest_only:
