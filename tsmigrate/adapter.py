@@ -298,7 +298,7 @@ def ir_search_index(name: str, meta: md.SearchIndexMeta, schema: Any) -> SearchI
     )
 
 
-_PK_TYPES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY"}
+_PK_TYPES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY", pb.PK_BOOLEAN: "BOOLEAN"}
 _COLUMN_TYPES = {
     pb.DCT_INTEGER: "INTEGER", pb.DCT_DOUBLE: "DOUBLE", pb.DCT_BOOLEAN: "BOOLEAN",
     pb.DCT_STRING: "STRING", pb.DCT_BLOB: "BINARY",

@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 from tablestore import (
+    INF_MAX,
     PK_AUTO_INCR,
     CapacityUnit,
+    Direction,
     OTSClient,
     OTSServiceError,
     ReservedThroughput,
+    Row,
     SecondaryIndexMeta,
     SecondaryIndexType,
     TableMeta,
@@ -269,3 +272,20 @@ def test_pre_split_partitions(ots_instance: LocalTablestore) -> None:
     info = ots_instance.server.storage.table(ots_instance.instance, "split")
     assert info is not None
     assert [decode_value(s) for s in info.shard_splits] == [100, 200]
+
+
+def test_boolean_primary_key_after_the_first(ots_client: OTSClient) -> None:
+    # As aliyun-tablestore-java-sdk's BoolPkFunctiontest: BOOLEAN is refused as the first key
+    # column only; rows store, read back and range-scan with false before true.
+    create(ots_client, "flags", [("k", "STRING"), ("on", "BOOLEAN")])
+    assert ots_client.describe_table("flags").table_meta.schema_of_primary_key == [
+        ("k", "STRING"), ("on", "BOOLEAN")]
+    for k, on in (("a", True), ("a", False), ("b", True)):
+        ots_client.put_row("flags", Row([("k", k), ("on", on)], [("n", f"{k}{on}")]))
+    _, row, _ = ots_client.get_row("flags", [("k", "a"), ("on", False)], max_version=1)
+    assert (row.primary_key, row.attribute_columns[0][1]) == ([("k", "a"), ("on", False)], "aFalse")
+    _, _, rows, _ = ots_client.get_range("flags", Direction.FORWARD, [("k", "a"), ("on", False)],
+                                         [("k", "a"), ("on", INF_MAX)], max_version=1)
+    assert [r.primary_key[1][1] for r in rows] == [False, True]
+    e = error_of(ots_client.put_row, "flags", Row([("k", "c"), ("on", 1)], [("n", "x")]))
+    assert e.message == "Validate PK type fail. Input: VT_INTEGER, Meta: VT_BOOLEAN."

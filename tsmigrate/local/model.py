@@ -11,6 +11,7 @@ from functools import cached_property
 PK_INTEGER = 1
 PK_STRING = 2
 PK_BINARY = 3
+PK_BOOLEAN = 5  # not as the first column (the partition key)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from tsmigrate.local.context import RowChange
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
 from tsmigrate.local.indexes import readable_table, writable_table
-from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, TableInfo
+from tsmigrate.local.model import PK_BINARY, PK_BOOLEAN, PK_INTEGER, PK_STRING, TableInfo
 from tsmigrate.local.plainbuffer import (
     AUTO_INCREMENT,
     HEADER,
@@ -68,8 +68,8 @@ BATCH_WRITE_ROWS = 200
 BATCH_WRITE_BYTES = 4 * 1024 * 1024
 CU_BYTES = 4096
 
-_PK_PY_TYPES = {PK_INTEGER: int, PK_STRING: str, PK_BINARY: bytes}
-_VT_NAMES = {PK_INTEGER: "VT_INTEGER", PK_STRING: "VT_STRING", PK_BINARY: "VT_BLOB"}
+_PK_PY_TYPES = {PK_INTEGER: int, PK_STRING: str, PK_BINARY: bytes, PK_BOOLEAN: bool}
+_VT_NAMES = {PK_INTEGER: "VT_INTEGER", PK_STRING: "VT_STRING", PK_BINARY: "VT_BLOB", PK_BOOLEAN: "VT_BOOLEAN"}
 _EXPECT_NAMES = {pb.IGNORE: "IGNORE", pb.EXPECT_EXIST: "EXPECT_EXIST",
                  pb.EXPECT_NOT_EXIST: "EXPECT_NOT_EXIST"}
 
@@ -125,7 +125,7 @@ def check_pk(
             raise invalid_pk(
                 f"Validate PK type fail. Input: {_vt_name(value)}, Meta: {_VT_NAMES[col.type]}."
             )
-        elif col.type != PK_INTEGER:
+        elif col.type in (PK_STRING, PK_BINARY):
             length = len(value.encode() if isinstance(value, str) else value)  # type: ignore[arg-type]
             if length > MAX_PK_LENGTH:
                 raise invalid(

@@ -39,7 +39,7 @@ MIN_TTL = 86400
 MAX_DEVIATION = (2**63 - 1) // 1_000_000
 MAX_STREAM_EXPIRATION_H = 168
 
-_PK_TYPE_NAMES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY"}
+_PK_TYPE_NAMES = {pb.INTEGER: "INTEGER", pb.STRING: "STRING", pb.BINARY: "BINARY", pb.PK_BOOLEAN: "BOOLEAN"}
 _DEFINED_TYPES = {pb.DCT_INTEGER, pb.DCT_DOUBLE, pb.DCT_BOOLEAN, pb.DCT_STRING, pb.DCT_BLOB}
 
 
@@ -108,9 +108,9 @@ def _primary_key(table: str, schema: Any) -> list[PKColumn]:
         if col.name in seen:
             raise invalid(f"Duplicated primary key name: '{col.name}'.")
         seen.add(col.name)
-        if col.type not in _PK_TYPE_NAMES:
-            type_name = "BOOLEAN" if col.type == pb.PK_BOOLEAN else str(col.type)
-            raise invalid(f"{type_name} is an invalid type for the primary key.")
+        # BOOLEAN keys only after the partition key (aliyun-tablestore-java-sdk BoolPkFunctiontest)
+        if col.type not in _PK_TYPE_NAMES or (col.type == pb.PK_BOOLEAN and not columns):
+            raise invalid(f"{_PK_TYPE_NAMES.get(col.type, col.type)} is an invalid type for the primary key.")
         auto = col.HasField("option") and col.option == pb.AUTO_INCREMENT
         if auto and col.type != pb.INTEGER:
             raise invalid("AUTO_INCREMENT primary key must be integer.")
