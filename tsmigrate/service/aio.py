@@ -18,6 +18,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
+from tsmigrate.service.family import Progress
 from tsmigrate.service.routed import routed
 from tsmigrate.service.rows import Key
 
@@ -64,8 +65,10 @@ class AsyncRows(Generic[M]):
     async def batch_write(
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
         delete: Iterable[M | Mapping[str, Any] | Key] = (),
+        progress: Progress | None = None,
     ) -> batch.BatchResult:
-        return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
+        return await arun(self.client, batch.write_op(self.codec, put, update, delete, self.retry,
+                                                      progress=progress))
 
     async def batch_get(
         self, keys: Iterable[M | Mapping[str, Any] | Key], *, columns: Iterable[str] | None = None

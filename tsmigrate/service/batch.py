@@ -3,9 +3,16 @@
 - BatchWriteRow takes at most 200 rows and 4 MB; BatchGetRow at most 100 rows. Rows are taken
   lazily from the caller's iterables, so a batch of any size keeps memory flat.
 - Only the rows that failed with a retryable error (throttling, a busy partition) are sent again,
-  after a capped, jittered backoff; rows that succeeded are never resent. A later row for a key
-  still being retried waits for it, and a request carries one write per key, so writes to one
-  key keep their order.
+  after a capped, jittered backoff; rows that succeeded are never resent. The failed rows wait on
+  their own: other requests keep going meanwhile, and the rows go again with a later request
+  once their backoff is over. A later row for a key still being retried waits for it, and a
+  request carries one write per key, so writes to one key keep their order.
+- This loop, not the client's policy, repeats requests (``Call(once=True)``): a refused request
+  backs off like failed rows; after a lost answer (a timeout) only rows that are safe to send
+  twice go again, and a version-guarded row whose repeat fails its guard is read back.
+- The send rate adapts to throttling (``backoff.SendRate``, AIMD): requests that come back
+  largely throttled slow the batch down, the others speed it up again.
+- ``progress(done, total)`` is called after each request, if given.
 - A whole request refused as invalid is split into single rows, so one bad row does not take
   199 good ones down with it.
 - The result counts what was written and lists, row by row, what finally failed.
@@ -15,9 +22,13 @@ Rows of a table family go to the month table of each row.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from functools import partial
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -25,12 +36,20 @@ from tablestore import OTSServiceError
 from tablestore import metadata as md
 
 from tsmigrate.model import Model
-from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
-from tsmigrate.service.backoff import call_retryable, code_of, delay, row_retryable
+from tsmigrate.retry import RETRY_POLICY, THROTTLING_CODES, TsmigrateRetryPolicy
+from tsmigrate.service.backoff import (
+    RetryQueue,
+    SendRate,
+    call_retryable,
+    code_of,
+    delay,
+    row_retryable,
+)
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
+from tsmigrate.service.family import Progress
 from tsmigrate.service.rows import (
     CONDITION_FAILED,
     RowTarget,
@@ -44,6 +63,10 @@ from tsmigrate.service.rows import (
 WRITE_ROWS = 200
 WRITE_BYTES = 4 * 1024 * 1024
 GET_ROWS = 100
+# Answers that say the service is overloaded: the batch slows down (backoff.SendRate).
+_THROTTLED = THROTTLING_CODES | {"OTSQuotaExhausted"}
+# Rows backing off or held before the batch stops reading new ones (memory stays flat).
+_MOST_WAITING = 10 * WRITE_ROWS
 # Room for what the estimate leaves out (PlainBuffer tags, checksums, the request's framing).
 _BYTES_BUDGET = int(WRITE_BYTES * 0.9)
 
@@ -107,29 +130,27 @@ class BatchGetResult:
         return self
 
 
-def _size(cells: Iterable[Any]) -> int:
+def _size(cells: Sequence[Any]) -> int:
     """An upper estimate of the encoded size of cells (names, values, per-cell framing)."""
-    size = 0
+    size = 20 * len(cells)  # a cell's framing, and the 8 bytes of a number
     for cell in cells:
-        size += len(cell[0]) + 12
+        size += len(cell[0])
         if len(cell) > 1:
             value = cell[1]
-            kind = type(value)
+            kind = value.__class__
             if kind is str:
                 size += len(value) if value.isascii() else 4 * len(value)
             elif kind is bytes or kind is bytearray:
                 size += len(value)
-            else:
-                size += 8
     return size
 
 
 class WriteItem:
-    __slots__ = ("action", "after", "attempts", "error", "guarded", "identity", "key", "repeatable",
-                 "request", "size", "source", "table", "token")
+    __slots__ = ("action", "after", "attempts", "error", "guarded", "ident", "key", "request", "size",
+                 "source", "table", "token")
 
     def __init__(self, action: str, source: Any, table: str, key: list[tuple[str, Any]],
-                 request: md.RowItem, cells: Iterable[Any], after: Any = None,
+                 request: md.RowItem, cells: Sequence[Any], after: Any = None,
                  token: str | None = None, guarded: bool = False):
         self.action = action
         self.source = source
@@ -139,23 +160,22 @@ class WriteItem:
         self.attempts = 0
         self.error = ("", "")  # the last retryable error, reported if retries run out
         self.after = after  # applied to the source row once written (a new version)
-        # Sending it twice leaves the same row (not so an increment).
-        self.repeatable = not (isinstance(request, md.UpdateRowItem)
-                               and md.UpdateType.INCREMENT in request.row.attribute_columns)
         self.size = 16 + _size(key) + _size(cells)
-        self.identity: tuple[Any, ...] | None = None
+        self.ident = (table, *key)  # the row's table and key: one write per key at a time
         # A version-guarded write: its token (put, update; None for a delete) tells whether a
         # failed guard is this row's own earlier attempt, whose answer was lost.
         self.guarded = guarded or token is not None
         self.token = token
 
-    def ident(self) -> tuple[Any, ...]:
-        if self.identity is None:
-            self.identity = (self.table, *(v for _, v in self.key))
-        return self.identity
+    @property
+    def repeatable(self) -> bool:
+        """Sending it twice leaves the same row (not so an increment). Asked of failed rows only."""
+        return not (isinstance(self.request, md.UpdateRowItem)
+                    and md.UpdateType.INCREMENT in self.request.row.attribute_columns)
 
 
 _IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
+_INDEX = attrgetter("index")
 
 
 def raw_put(table: str, primary_key: list[tuple[str, Any]], cells: list[Any], source: Any = None
@@ -215,12 +235,9 @@ def _delete_item(codec: ModelCodec, target: RowTarget) -> WriteItem:
 
 def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
            deletes: Iterable[Any]) -> Iterator[WriteItem]:
-    for row in puts:
-        yield _put_item(codec, row)
-    for update in updates:
-        yield _update_item(codec, update)
-    for target in deletes:
-        yield _delete_item(codec, target)
+    # map, not a generator of our own: one Python frame less per row.
+    return chain(map(partial(_put_item, codec), puts), map(partial(_update_item, codec), updates),
+                 map(partial(_delete_item, codec), deletes))
 
 
 def _write_request(chunk: list[WriteItem]) -> tuple[md.BatchWriteRowRequest, dict[str, list[WriteItem]]]:
@@ -236,72 +253,122 @@ def _write_request(chunk: list[WriteItem]) -> tuple[md.BatchWriteRowRequest, dic
 def write_op(
     codec: ModelCodec, puts: Iterable[Model] = (), updates: Iterable[Update] = (),
     deletes: Iterable[Any] = (), retry: TsmigrateRetryPolicy = RETRY_POLICY,
-    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
+    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET, progress: Progress | None = None,
 ) -> Op[BatchResult]:
+    total = None
+    if progress is not None and all(isinstance(rows, Sized) for rows in (puts, updates, deletes)):
+        total = sum(len(rows) for rows in (puts, updates, deletes))  # type: ignore[arg-type]
     return (yield from write_items_op(codec, _items(codec, puts, updates, deletes), retry,
-                                      max_rows, max_bytes))
+                                      max_rows, max_bytes, progress, total))
 
 
 def write_items_op(
     codec: ModelCodec | None, source: Iterator[WriteItem], retry: TsmigrateRetryPolicy = RETRY_POLICY,
-    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET,
+    max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET, progress: Progress | None = None,
+    total: int | None = None,
 ) -> Op[BatchResult]:
-    """Write prepared rows (``codec`` sets the version of versioned rows; None for raw rows)."""
+    """Write prepared rows (``codec`` sets the version of versioned rows; None for raw rows).
+    ``progress(rows done, total)`` after each request (done: written or finally failed)."""
     result = BatchResult()
-    carry: deque[WriteItem] = deque()  # rows to send first: retries, and a row that did not fit
+    carry: deque[WriteItem] = deque()  # rows to send first: retries due, a row that did not fit
     alone: deque[WriteItem] = deque()  # rows of a refused request, resent one per request
-    held: deque[WriteItem] = deque()  # later rows for a key whose earlier row is being retried
+    backing_off: RetryQueue[WriteItem] = RetryQueue()
+    rate = SendRate()
+    held: deque[WriteItem] = deque()  # later rows for a key whose earlier row is unsettled
+    held_keys: Counter[tuple[Any, ...]] = Counter()
     retrying: set[tuple[Any, ...]] = set()  # keys of rows waiting for another attempt
 
     def fail(item: WriteItem, code: str, message: str) -> None:
         result.failures.append(Failure(item.action, item.source, item.table, item.key, code,
                                        message, item.attempts))
 
+    def hold(item: WriteItem) -> None:
+        held.append(item)
+        held_keys[item.ident] += 1
+
+    def release() -> list[WriteItem]:
+        """Held rows free to go, each the first held for its key (writes keep their order)."""
+        free: list[WriteItem] = []
+        keys: set[tuple[Any, ...]] = set()
+        blocked: set[tuple[Any, ...]] = set()
+        for item in held:
+            key = item.ident
+            if key not in blocked and key not in retrying and key not in keys:
+                free.append(item)
+                keys.add(key)
+            blocked.add(key)
+        for item in free:
+            held.remove(item)
+            held_keys[item.ident] -= 1
+            if not held_keys[item.ident]:
+                del held_keys[item.ident]
+        return free
+
     def next_chunk() -> list[WriteItem]:
         if alone:
             return [alone.popleft()]
+        if held and not carry:  # (a row carried may share its key with a held one)
+            carry.extend(release())
+        if backing_off:
+            carry.extend(backing_off.due(time.monotonic()))
         chunk: list[WriteItem] = []
         keys: set[tuple[Any, ...]] = set()  # one write per key and request
         size = 0
+        # Rows waiting (a service refusing most rows, many writes to one key): no reading on.
+        reading = backing_off.rows + len(held) < _MOST_WAITING
         while len(chunk) < max_rows:
             if carry:
                 item = carry.popleft()
-            elif held and held[0].ident() not in retrying and held[0].ident() not in keys:
-                item = held.popleft()
-            else:
+            elif reading:
                 item = next(source, None)
                 if item is None:
                     break
-                if item.ident() in keys or (retrying and item.ident() in retrying):
-                    held.append(item)
+                ident = item.ident
+                if ident in keys or (retrying and ident in retrying) or (held and ident in held_keys):
+                    hold(item)
+                    reading = backing_off.rows + len(held) < _MOST_WAITING
                     continue
+            else:
+                break
             if chunk and size + item.size > max_bytes:
                 carry.appendleft(item)
                 break
             chunk.append(item)
-            keys.add(item.ident())
+            keys.add(item.ident)
             size += item.size
         return chunk
 
     def settled(item: WriteItem) -> None:
         if retrying:
-            retrying.discard(item.ident())
+            retrying.discard(item.ident)
 
     while True:
         chunk = next_chunk()
         if not chunk:
+            if backing_off:  # only rows backing off are left: wait for the first of them
+                yield Sleep(max(0.0, backing_off.next_ready() - time.monotonic()))
+                continue
             if held:  # rows held for keys that are settled now
                 retrying.clear()
                 continue
             return result
+        pause = rate.wait(time.monotonic())
+        if pause:
+            yield Sleep(pause)
         request, by_table = _write_request(chunk)
         again: list[WriteItem] = []
+        throttled, refused = 0, False
         guard_failed: list[tuple[WriteItem, str]] = []
+        sent_at = time.monotonic()
         try:
-            response = yield Call("batch_write_row", request)
+            # This loop retries, not the client: rows of a refused request back off while
+            # other requests go, and only repeatable rows are sent again after a lost answer.
+            response = yield Call("batch_write_row", request, once=True)
         except Exception as exc:
             code, message = code_of(exc)
             if call_retryable(exc, True):
+                refused = code in _THROTTLED
+                throttled = len(chunk) if refused else 0
                 again = _count_attempt(chunk, code, message)
                 # Lost answers: an increment may have been applied; never apply it twice.
                 for item in [i for i in again if not call_retryable(exc, i.repeatable)]:
@@ -322,7 +389,7 @@ def write_items_op(
                     response.table_of_put.get(table, []) + response.table_of_update.get(table, [])
                     + response.table_of_delete.get(table, [])
                 )
-                answers.sort(key=lambda r: r.index)
+                answers.sort(key=_INDEX)
                 for item, answer in zip(items, answers, strict=True):
                     item.attempts += 1
                     if answer.is_ok:
@@ -330,15 +397,19 @@ def write_items_op(
                         if item.after is not None and codec is not None:
                             row = item.source.target if item.action == "update" else item.source
                             row.__dict__[codec.version] = item.after
-                        settled(item)
+                        if retrying:
+                            retrying.discard(item.ident)
                     elif answer.error_code == CONDITION_FAILED and item.guarded:
                         guard_failed.append((item, answer.error_message))
                     elif row_retryable(answer.error_code, item.repeatable):
                         item.error = (answer.error_code, answer.error_message)
                         again.append(item)
+                        throttled += answer.error_code in _THROTTLED
                     else:
                         fail(item, answer.error_code, answer.error_message)
                         settled(item)
+        now = time.monotonic()
+        rate.answered(len(chunk), throttled, sent_at, now, refused)
         for item, message in guard_failed:
             if (yield from _landed(codec, item)):
                 result.written += 1
@@ -349,15 +420,30 @@ def write_items_op(
             else:
                 fail(item, CONDITION_FAILED, message)
             settled(item)
-        for item in [i for i in again if i.attempts > retry.max_retries]:
+        if again:
+            _back_off(again, retry, backing_off, now, retrying, fail, settled)
+        if progress is not None:
+            progress(result.written + len(result.failures), total)
+
+
+def _back_off(again: list[WriteItem], retry: TsmigrateRetryPolicy, queue: RetryQueue[WriteItem],
+              now: float, retrying: set[tuple[Any, ...]],
+              fail: Callable[[WriteItem, str, str], None],
+              settled: Callable[[WriteItem], None]) -> None:
+    """Queue rows to send again, each group of rows on the same attempt after the policy's
+    capped, jittered delay for it; rows out of attempts fail. The delay is the policy's base
+    one, throttled or not: the batch answers throttling by its send rate (``SendRate``), and
+    a row's longer wait would only hold up the end of the batch."""
+    groups: dict[int, list[WriteItem]] = {}
+    for item in again:
+        if item.attempts > retry.max_retries:
             fail(item, item.error[0], f"{item.error[1]} (still failing after {item.attempts} attempts)")
             settled(item)
-        again = [i for i in again if i.attempts <= retry.max_retries]
-        if again:
-            for item in again:
-                retrying.add(item.ident())
-            carry.extend(again)
-            yield Sleep(delay(retry, max(i.attempts for i in again) - 1, again[0].error[0]))
+        else:
+            retrying.add(item.ident)
+            groups.setdefault(item.attempts, []).append(item)
+    for attempts, group in groups.items():
+        queue.add(group, now + delay(retry, attempts - 1, None))
 
 
 def _landed(codec: ModelCodec | None, item: WriteItem) -> Op[bool]:

@@ -20,6 +20,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import run, stream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
+from tsmigrate.service.family import Progress
 from tsmigrate.service.routed import routed
 from tsmigrate.service.rows import Key
 
@@ -73,8 +74,10 @@ class Rows(Generic[M]):
     def batch_write(
         self, *, put: Iterable[M] = (), update: Iterable[batch.Update] = (),
         delete: Iterable[M | Mapping[str, Any] | Key] = (),
+        progress: Progress | None = None,
     ) -> batch.BatchResult:
-        return run(self.client, batch.write_op(self.codec, put, update, delete, self.retry))
+        return run(self.client, batch.write_op(self.codec, put, update, delete, self.retry,
+                                           progress=progress))
 
     def batch_get(
         self, keys: Iterable[M | Mapping[str, Any] | Key], *, columns: Iterable[str] | None = None
