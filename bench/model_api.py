@@ -9,9 +9,12 @@ would. Four workloads, each done both ways on the same table, alternating, sever
 The last line gives the ratios of time per row (model / SDK), medians of interleaved blocks,
 then those of the model's put, get and batch while a rewrite of the table is ready (each call
 routed by the rewrite's phase, ``tsmigrate.service.routing``) against the same with
-``routing=False`` (target: at most 1.05):
+``routing=False`` (target: at most 1.05), then the ratios of client CPU per row (model / SDK,
+medians of the same blocks; the server's CPU is another process's, so not counted; CPU is
+steadier than time on a shared machine; target: at most 1.10):
 
-put_overhead=X get_overhead=Y query_overhead=Z batch_overhead=W routing_put=A routing_get=B routing_batch=C
+put_overhead=X get_overhead=Y query_overhead=Z batch_overhead=W routing_put=A routing_get=B \
+routing_batch=C put_cpu_overhead=P get_cpu_overhead=G query_cpu_overhead=Q batch_cpu_overhead=D
 
     python bench/model_api.py [--rows 1000] [--rounds 20]
 """
@@ -55,10 +58,11 @@ def sdk_row(values: dict) -> ts.Row:
     return ts.Row(pk, [(k, v) for k, v in values.items() if k not in ("user", "seq")])
 
 
-def timed(work: Callable[[], int]) -> float:
-    start = time.perf_counter()
+def timed(work: Callable[[], int]) -> tuple[float, float]:
+    """(wall seconds, client CPU seconds) per row of one block of ``work``."""
+    start, cpu = time.perf_counter(), time.process_time()
     count = work()
-    return (time.perf_counter() - start) / count
+    return (time.perf_counter() - start) / count, (time.process_time() - cpu) / count
 
 
 class BenchRowV2(Model, table="bench_rows_by_seq", replaces="bench_rows"):
@@ -115,11 +119,11 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
         with_routing, without = [], []
         for pair in range(rounds):
             if pair % 2:
-                with_routing.append(timed(make(routed)))
-                without.append(timed(make(plain)))
+                with_routing.append(timed(make(routed))[0])
+                without.append(timed(make(plain))[0])
             else:
-                without.append(timed(make(plain)))
-                with_routing.append(timed(make(routed)))
+                without.append(timed(make(plain))[0])
+                with_routing.append(timed(make(routed))[0])
         ratios[f"routing_{name}"] = statistics.median(with_routing) / statistics.median(without)
         print(f"routing {name}: {statistics.median(with_routing) * 1e6:.1f} us/row routed, "
               f"{statistics.median(without) * 1e6:.1f} us/row not routed")
@@ -191,7 +195,11 @@ def main() -> None:
             return count
 
         def model_query() -> int:
-            return sum(1 for user in users for _ in rows.query(user=user))
+            count = 0
+            for user in users:
+                for _row in rows.query(user=user):  # touched as the SDK side touches its rows
+                    count += 1
+            return count
 
         model_batch()  # load the table for reads
         workloads = {
@@ -200,28 +208,37 @@ def main() -> None:
         }
         # Small blocks, alternating which side goes first; the median of each side's per-row
         # times, so a burst of load on the shared machine does not land on one side only.
-        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in workloads}
+        # Per workload: (SDK, model) lists of (wall, CPU) per row.
+        blocks: dict[str, tuple[list[tuple[float, float]], list[tuple[float, float]]]] = {
+            name: ([], []) for name in workloads}
         for pair in range(args.rounds):
             for name, (sdk, model) in workloads.items():
                 if pair % 2:
                     m, s = timed(model), timed(sdk)
                 else:
                     s, m = timed(sdk), timed(model)
-                times[name][0].append(s)
-                times[name][1].append(m)
+                blocks[name][0].append(s)
+                blocks[name][1].append(m)
         ratios = {}
         ratios.update(_routing_ratios(client, endpoint, args.rounds, singles, n))
-        for name, (s, m) in times.items():
-            ratios[name] = statistics.median(m) / statistics.median(s)
+        cpu_ratios = {}
+        for name, (sdk_blocks, model_blocks) in blocks.items():
+            s, m = [b[0] for b in sdk_blocks], [b[0] for b in model_blocks]
+            s_cpu, m_cpu = [b[1] for b in sdk_blocks], [b[1] for b in model_blocks]
+            ratios[f"{name}_overhead"] = statistics.median(m) / statistics.median(s)
+            cpu_ratios[f"{name}_cpu_overhead"] = statistics.median(m_cpu) / statistics.median(s_cpu)
             # The fastest blocks too: load from other processes only ever adds time, so on a
             # shared machine their ratio is the steadier estimate of the quiet-machine one.
             print(f"{name}: SDK {statistics.median(s) * 1e6:.1f} us/row, "
                   f"model {statistics.median(m) * 1e6:.1f} us/row (medians of {args.rounds} blocks); "
-                  f"fastest blocks: {min(m) / min(s):.3f}")
-        print(" ".join(f"{name}_overhead={ratio:.3f}" for name, ratio in ratios.items()
+                  f"fastest blocks: {min(m) / min(s):.3f}; CPU: SDK "
+                  f"{statistics.median(s_cpu) * 1e6:.1f} us/row, model "
+                  f"{statistics.median(m_cpu) * 1e6:.1f} us/row")
+        print(" ".join(f"{name}={ratio:.3f}" for name, ratio in ratios.items()
                        if not name.startswith("routing_"))
               + "".join(f" {name}={ratio:.3f}" for name, ratio in ratios.items()
-                        if name.startswith("routing_")))
+                        if name.startswith("routing_"))
+              + "".join(f" {name}={ratio:.3f}" for name, ratio in cpu_ratios.items()))
     finally:
         proc.terminate()
         proc.wait()

@@ -29,6 +29,7 @@ from tsmigrate.model import (
     python_value,
     stored_value,
 )
+from tsmigrate.service import rowmodels
 from tsmigrate.service.errors import QueryError, RowValueError
 
 INT64_MIN = -INT64_MAX - 1
@@ -70,7 +71,7 @@ class KeyColumn:
 class Field:
     """One field of the model: its column, declaration and how values are checked."""
 
-    __slots__ = ("column", "converts", "declaration", "exact", "name", "type")
+    __slots__ = ("column", "converts", "declaration", "exact", "int64", "name", "type")
 
     def __init__(self, declaration: PrimaryKey | Column):
         self.name = declaration.name
@@ -80,6 +81,7 @@ class Field:
         self.converts = declaration.python_type in (datetime, Decimal)
         # Value types that pass unchanged (checked by exact type: the common, fast case).
         self.exact = frozenset() if self.converts else _EXACT.get(self.type, frozenset())
+        self.int64 = self.type == schema.INTEGER and not self.converts  # ints, range-checked
 
 
 class ModelCodec:
@@ -115,11 +117,20 @@ class ModelCodec:
         self.search_indexes = sorted(
             d.index_name or d.name for d in model._declared(SearchIndex)
         )
+        # A model from one of the SDK's ``Row`` objects of a GetRange page.
+        self.row_model: rowmodels.RowModel = self._converted_row_model
+        if not (self.renamed or self.read_converts):
+            self.row_model = rowmodels.full_row(
+                model, [k.column for k in self.key_columns], [f.column for f in self.attributes],
+                rowmodels.any_row(model, self.field_names),
+            )
 
     # -- values --------------------------------------------------------------------------------
 
     def stored(self, field: Field, value: Any) -> Any:
         """A field's value as sent to Tablestore; raises RowValueError when it does not fit."""
+        if field.int64 and type(value) is int and INT64_MIN <= value <= INT64_MAX:
+            return value  # the common case of every integer column, first
         if field.converts:
             try:
                 value = stored_value(field.declaration, value)
@@ -227,21 +238,9 @@ class ModelCodec:
         row.__dict__ = values
         return row
 
-    def row_model(self, row: Any) -> Model:
-        """A model from one of the SDK's ``Row`` objects of a GetRange page (``to_model``,
-        inlined for the common case: it runs for every row a query returns; the SDK gives each
-        attribute cell as ``(name, value, timestamp)``)."""
-        if self.renamed or self.read_converts:
-            return self.to_model(row.primary_key, row.attribute_columns)
-        values = dict(row.primary_key)
-        for name, value, _ in row.attribute_columns:
-            values[name] = value
-        if not self.field_names.issuperset(values):
-            for name in values.keys() - self.field_names:
-                del values[name]
-        instance = self._new(self.model)
-        instance.__dict__ = values
-        return instance
+    def _converted_row_model(self, row: Any) -> Model:
+        """``row_model`` of a model with renamed or converted fields: ``to_model``."""
+        return self.to_model(row.primary_key, row.attribute_columns)
 
     def to_models(self, rows: Iterable[Any]) -> list[Model]:
         return list(map(self.row_model, rows))

@@ -150,7 +150,10 @@ class Router:
         self.table = table
         self.route: Route = _NO_REWRITE
         self.expires = 0.0  # monotonic time the route stops being trusted
-        self.condition = threading.Condition()
+        # The condition's lock, taken directly where nothing waits: a C-level context manager,
+        # as every write takes it (Condition's own __enter__ is Python code).
+        self.lock = threading.RLock()
+        self.condition = threading.Condition(self.lock)
         self.inflight = 0  # writes sent on the current route and not yet answered
         self.draining = False  # a refresh waits for those writes before it moves the route
         self.beat_version: tuple[str | None, str] = (None, "")
@@ -242,7 +245,7 @@ class Router:
 
     def current(self, client: Any, *, holding: bool = False) -> Route:
         """The route, read again once its lease ran out (every ``POLL_S`` while a write is held)."""
-        with self.condition:
+        with self.lock:
             now = time.monotonic()
             if now < self.expires and not (holding and self.route.holding):
                 return self.route
@@ -282,11 +285,16 @@ class Router:
 
     def begin_write(self, client: Any) -> Route:
         """The route a write takes, once no fence holds it; counted until ``end_write``."""
+        with self.lock:  # the steady state: a route within its lease, no fence, no refresh
+            route = self.route
+            if time.monotonic() < self.expires and not route.holding and not self.draining:
+                self.inflight += 1
+                return route
         started = None
         while True:
             route = self.current(client, holding=started is not None)
             if not route.holding:
-                with self.condition:
+                with self.lock:
                     # Not replaced by another thread's refresh meanwhile, nor being left.
                     if self.route is route and not self.draining:
                         return self._admitted(route, started)
@@ -314,9 +322,10 @@ class Router:
         return since
 
     def end_write(self) -> None:
-        with self.condition:
+        with self.lock:
             self.inflight -= 1
-            self.condition.notify_all()
+            if self.draining:  # only a refresh moving the route waits for writes to land
+                self.condition.notify_all()
 
     # -- the asyncio client ----------------------------------------------------------------------
 
