@@ -181,8 +181,6 @@ class Monthly:
 
     # The service layer's names for ``table_for`` and the value it passes (kept until
     # tsmigrate/service/codec.py calls ``table_for`` with the field's value).
-    table_for_ms = table_for
-
     def tables_for_range(self, base: str, lower: Any, upper: Any,
                          existing: Iterable[str]) -> list[str]:
         """The existing tables a range of the field [lower, upper] touches, oldest first (a month
@@ -255,12 +253,6 @@ def _iso_month(text: str) -> Month:
     raise FamilyValueError(
         f"{text!r} is not a date as {_ISO_FORMS}; declare the family's format= for another "
         "form, such as format='%d/%m/%Y'")
-
-
-def partition_ms(value: Any) -> Any:
-    """The value ``Monthly.table_for_ms`` routes by: the field's value itself (kept until
-    tsmigrate/service/codec.py calls ``Monthly.table_for``)."""
-    return value
 
 
 def epoch_ms(value: datetime) -> int:

@@ -15,7 +15,6 @@ from tsmigrate.apply import apply
 from tsmigrate.families import Monthly
 from tsmigrate.model import compile_models
 from tsmigrate.service import QueryError, Range, Rows, RowValueError, create_tables
-from tsmigrate.service.codec import Field
 from tsmigrate.service.family import restore_archive
 
 SEP = datetime(2026, 9, 15, tzinfo=timezone.utc)
@@ -87,11 +86,7 @@ KINDS = [  # (the value of a day, the field's type, the family's format)
     pytest.param(lambda d: d.strftime("%Y-%m"), str, None, id="YYYY-MM"),
     pytest.param(lambda d: d.strftime("%Y/%m/%d"), str, "%Y/%m/%d", id="declared"),
     pytest.param(lambda d: int(d.strftime("%Y%m%d")), int, "%Y%m%d", id="int-days"),
-    # A date field needs the codec to convert it ('YYYY-MM-DD'): the hook asked of the lead
-    # (codec.Field.converts from model.CONVERTED_TYPES); the mark goes once that lands.
-    pytest.param(lambda d: d, date, None, id="date", marks=pytest.mark.xfail(
-        not Field(PrimaryKey(date)).converts, reason="codec does not convert dates yet",
-        strict=True)),
+    pytest.param(lambda d: d, date, None, id="date"),
 ]
 
 

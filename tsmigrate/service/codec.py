@@ -12,15 +12,13 @@ takes an int as the same number; ``datetime`` fields are epoch milliseconds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from tsmigrate import schema
-from tsmigrate.families import partition_ms
 from tsmigrate.keys import INT64_MAX
 from tsmigrate.model import (
     AUTO_INCREMENT,
+    CONVERTED_TYPES,
     Column,
     Model,
     PrimaryKey,
@@ -78,7 +76,7 @@ class Field:
         self.declaration = declaration
         self.column = declaration.column_name or declaration.name
         self.type = declaration.type
-        self.converts = declaration.python_type in (datetime, Decimal)
+        self.converts = declaration.python_type in CONVERTED_TYPES
         # Value types that pass unchanged (checked by exact type: the common, fast case).
         self.exact = frozenset() if self.converts else _EXACT.get(self.type, frozenset())
         self.int64 = self.type == schema.INTEGER and not self.converts  # ints, range-checked
@@ -278,7 +276,7 @@ class ModelCodec:
                 f"{self.name}: the family's field {family.field!r} is needed to find the month table"
             )
         try:
-            return family.table_for_ms(self.table, partition_ms(value))
+            return family.table_for(self.table, value)
         except ValueError as exc:
             raise RowValueError(f"{self.name}.{family.field}: {exc}") from None
 
