@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import time
-from pathlib import Path
 
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
 from batch_exactly_once import Reading  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import cpu_s_of as server_cpu  # noqa: E402
 
 from tsmigrate.retry import RETRY_POLICY  # noqa: E402
 from tsmigrate.service import Rows, calls, create_tables  # noqa: E402
@@ -50,11 +49,6 @@ class PauseClock:
 
     def __getattr__(self, name: str) -> object:
         return getattr(time, name)
-
-
-def server_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def write(client: ts.OTSClient, server: int, count: int, offset: int) -> tuple[float, float, float, bool]:

@@ -8,7 +8,9 @@ The server runs in a separate process (`tsmigrate local serve`). Two measurement
 Both scans check that they returned every row written. Rows have 2 PK columns and 6 attribute
 columns, about 150 bytes. The last line is:
 batch_write_rows_per_s=N get_range_rows_per_s=N sdk_batch_write_rows_per_s=N
-sdk_get_range_rows_per_s=N write_server_vs_sdk=R scan_server_vs_sdk=R (R: server-only rate / SDK rate)
+sdk_get_range_rows_per_s=N write_server_vs_sdk=R scan_server_vs_sdk=R write_server_cpu_us_per_row=C
+scan_server_cpu_us_per_row=C (R: server-only rate / SDK rate; C: the server process's utime +
+stime from /proc over the server-only write or scan, per row; each line gives it too)
 
     python bench/local_server.py [--rows 50000] [--memory]
 """
@@ -27,7 +29,7 @@ from urllib.parse import urlparse
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E402
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
@@ -173,14 +175,17 @@ def main() -> None:
             create_table(client, "raw")
             create_table(client, "sdk")
             replayer = Replayer(client, endpoint)
-            write = server_only_write(replayer, "raw", args.rows)
-            print(f"server-only BatchWriteRow: {write:,.0f} rows/s", flush=True)
-            scan = server_only_scan(replayer, "raw", args.rows)
-            print(f"server-only GetRange scan: {scan:,.0f} rows/s", flush=True)
-            sdk_w = sdk_write(client, "sdk", args.rows)
-            print(f"SDK BatchWriteRow: {sdk_w:,.0f} rows/s", flush=True)
-            sdk_s = sdk_scan(client, "sdk", args.rows)
-            print(f"SDK GetRange scan: {sdk_s:,.0f} rows/s", flush=True)
+            runs = [("server-only BatchWriteRow", lambda: server_only_write(replayer, "raw", args.rows)),
+                    ("server-only GetRange scan", lambda: server_only_scan(replayer, "raw", args.rows)),
+                    ("SDK BatchWriteRow", lambda: sdk_write(client, "sdk", args.rows)),
+                    ("SDK GetRange scan", lambda: sdk_scan(client, "sdk", args.rows))]
+            rates, server_us = [], []
+            for label, run in runs:
+                served = cpu_s_of(proc.pid)
+                rates.append(run())
+                server_us.append((cpu_s_of(proc.pid) - served) / args.rows * 1e6)
+                print(f"{label}: {rates[-1]:,.0f} rows/s, server CPU {server_us[-1]:.1f} us/row", flush=True)
+            write, scan, sdk_w, sdk_s = rates
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -189,7 +194,8 @@ def main() -> None:
     print(
         f"batch_write_rows_per_s={write:.0f} get_range_rows_per_s={scan:.0f} "
         f"sdk_batch_write_rows_per_s={sdk_w:.0f} sdk_get_range_rows_per_s={sdk_s:.0f} "
-        f"write_server_vs_sdk={write / sdk_w:.2f} scan_server_vs_sdk={scan / sdk_s:.2f}"
+        f"write_server_vs_sdk={write / sdk_w:.2f} scan_server_vs_sdk={scan / sdk_s:.2f} "
+        f"write_server_cpu_us_per_row={server_us[0]:.1f} scan_server_cpu_us_per_row={server_us[1]:.1f}"
     )
 
 

@@ -56,7 +56,7 @@ from urllib.parse import urlparse
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E402
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
@@ -135,12 +135,6 @@ def _tree_rss_kb(pid: int) -> int:
         except (OSError, StopIteration):
             continue
     return total
-
-
-def cpu_s_of(pid: int) -> float:
-    """utime + stime of a running process, every thread (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _executor(kind: str, workers: int) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
 
@@ -21,3 +22,9 @@ def start_server(*options: str) -> tuple[subprocess.Popen[str], str]:
         proc.kill()
         raise SystemExit("server did not start")
     return proc, endpoint
+
+
+def cpu_s_of(pid: int) -> float:
+    """utime + stime of a running process, every thread (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -117,12 +117,12 @@ def test_crc_table_matches_sdk() -> None:
 @SETTINGS
 @given(st.integers(0, 255), st.binary(max_size=3000))
 def test_crc8_bytes_matches_sdk(crc: int, data: bytes) -> None:
-    # Sizes straddle the 1024-byte switch to the folding implementation.
+    # Sizes straddle the 160-byte switch to the folding implementation.
     assert pb.crc8_bytes(crc, data) == PlainBufferCrc8.crc_bytes(crc, data)
     assert pb.crc8_bytes(crc, bytearray(data)) == pb.crc8_bytes(crc, memoryview(data))
 
 
-@pytest.mark.parametrize("size", [1023, 1024, 1025, 127 * 9, 70_001])
+@pytest.mark.parametrize("size", [159, 160, 161, 254, 255, 1024, 127 * 9, 70_001])
 def test_crc8_long_inputs(size: int) -> None:
     data = random.Random(size).randbytes(size)
     assert pb.crc8_bytes(0x5A, data) == PlainBufferCrc8.crc_bytes(0x5A, data)

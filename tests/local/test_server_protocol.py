@@ -6,6 +6,7 @@ import asyncio
 import base64
 import hashlib
 import http.client
+import random
 import sys
 import threading
 import time
@@ -234,6 +235,22 @@ def test_bad_requests_get_service_errors(ots_instance: LocalTablestore) -> None:
     )
     # Nothing was written by any of the above.
     assert ots.client().get_range("t", "FORWARD", *FULL, max_version=1)[2] == []
+
+
+@pytest.mark.parametrize("size", [161, 5000])
+def test_a_long_value_is_checked_byte_for_byte(ots_instance: LocalTablestore, size: int) -> None:
+    """Values past the write path's byte loop have their checksum folded as one big int: a bit
+    flipped in the middle is still refused, and the intact row stores the value as sent."""
+    make_table(ots_instance.client())
+    value = bytearray(random.Random(size).randbytes(size))
+    good = PlainBufferBuilder.serialize_for_put_row([("id", 1)], [("blob", value)])
+    bad = bytearray(good)
+    bad[bytes(good).index(bytes(value)) + size // 2] ^= 0x10
+    for row, status in [(bytes(bad), 400), (bytes(good), 200)]:
+        request = pb.PutRowRequest(table_name="t", row=row, condition=pb.Condition(row_existence=pb.IGNORE))
+        assert raw(ots_instance, "PutRow", request.SerializeToString())[0] == status
+    _, stored, _ = ots_instance.client().get_row("t", [("id", 1)], max_version=1)
+    assert stored.attribute_columns[0][1] == value
 
 
 def test_garbage_http_does_not_stop_the_server(ots_instance: LocalTablestore) -> None:

@@ -23,13 +23,17 @@ _F64 = struct.Struct("<d").unpack_from
 _TS = struct.Struct("<q").pack
 _CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))
 _ROW_START = HEADER + b"\x01"
+_LOOP_MAX = 160  # longer values: `crc8_bytes`, which folds them as one big int
 
 # name bytes -> (name, crc of the name)
 _names: dict[bytes, tuple[str, int]] = {}
 _NAMES_MAX = 4096
 
-# (pk cells bytes, pk crcs, [(name, value)] of the PK, [(name, value, ts, cell bytes, crc)])
-PutRow = tuple[bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]]]
+# (pk cells bytes, pk crcs, [(name, value)] of the PK, [(name, value, ts, cell bytes, crc)],
+#  logical size: the names and values of every cell, as `plainbuffer.logical_size` meters them)
+PutRow = tuple[
+    bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int
+]
 
 
 def parse_put_row(data: bytes, now_ms: int) -> PutRow | None:
@@ -56,6 +60,7 @@ def _parse(data: bytes, now_ms: int) -> PutRow | None:
     extended: dict[int, int] = {}
     in_pk = True
     pk_end = 0
+    lsize = 0
     while True:
         tag = data[pos]
         if tag != 0x03:
@@ -70,6 +75,7 @@ def _parse(data: bytes, now_ms: int) -> PutRow | None:
         if data[pos + 1] != 0x04:
             return None
         (size,) = i32(data, pos + 2)
+        lsize += size
         pos += 6
         raw = data[pos : pos + size]
         cached = names.get(raw)
@@ -94,18 +100,25 @@ def _parse(data: bytes, now_ms: int) -> PutRow | None:
             value = _I64(data, vstart + 1)[0]
         elif vt == 3 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
             value = data[vstart + 5 : pos].decode("utf-8")
+            lsize -= 4
         elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5 and not in_pk:
             value = data[vstart + 5 : pos]
+            lsize -= 4
         elif vt == 1 and size == 9 and not in_pk:
             value = _F64(data, vstart + 1)[0]
         elif vt == 2 and size == 2 and not in_pk:
             value = data[vstart + 1] != 0
         elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
             value = data[vstart + 5 : pos]
+            lsize -= 4
         else:
             return None  # NULL, INF_MIN/MAX, AUTO_INCREMENT or malformed: the general path decides
-        for b in data[vstart:pos]:
-            crc = t[crc ^ b]
+        lsize += size - 1  # the value without its type byte (and, above, a string's length)
+        if size <= _LOOP_MAX:
+            for b in data[vstart:pos]:
+                crc = t[crc ^ b]
+        else:
+            crc = crc8_bytes(crc, data[vstart:pos])
         value_end = pos
         ts = None
         if data[pos] == 0x07:
@@ -137,4 +150,4 @@ def _parse(data: bytes, now_ms: int) -> PutRow | None:
         pk_end = pos
     if pos + 2 != n or data[pos] != 0x09 or data[pos + 1] != t[row_crc]:
         return None
-    return data[5:pk_end], bytes(pk_crcs), pk, cells
+    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize

@@ -159,33 +159,30 @@ def _make_table() -> tuple[int, ...]:
 
 _T = _make_table()
 
-# Long inputs use linearity: with init 0 and no final xor, one byte step is c -> T[c ^ b], and
-# T is GF(2)-linear with order 127 as a permutation. So the CRC is T^n(crc) xor, over the 127
-# residue classes r of (n - position), T^r(xor of the bytes in that class). The per-class xor
-# is done with big-int folding, in C.
-_ORDER = 127
-_POW: list[tuple[int, ...]] = [tuple(range(256))]
-for _ in range(_ORDER):
-    _POW.append(tuple(_T[c] for c in _POW[-1]))
-_LONG = 1024  # below this the plain loop is faster
+# Long inputs: the CRC of bytes D (crc folded into the first byte) is D(x)·x^8 mod P(x), with
+# P = x^8 + x^2 + x + 1, and x^127 = 1 mod P. So D can be folded, as one big int (in C), into 127
+# bits by xoring its halves at a multiple of 127 bits; the CRC of those 16 bytes is the CRC of D.
+_ORDER_BITS = 127
+_FOLD_MASKS: dict[int, int] = {}
+_T16 = bytes(_T[_T[v >> 8] ^ (v & 0xFF)] for v in range(65536))  # two bytes per step
+_WORDS = struct.Struct(">8H").unpack
+_LONG = 160  # below this the plain loop is faster
 
 
 def _crc8_long(crc: int, data: bytes | bytearray | memoryview) -> int:
-    n = len(data)
-    buf = bytes(-n % _ORDER) + data  # leading zero bytes add nothing to the xor part
-    width = 8 * _ORDER
-    rows = len(buf) // _ORDER
-    x = int.from_bytes(buf, "big")
-    while rows > 1:
-        half = rows >> 1
-        shift = width * (rows - half)
-        x = (x >> shift) ^ (x & ((1 << shift) - 1))
-        rows -= half
-    out = _POW[n % _ORDER][crc]
-    pow_ = _POW
-    for j, b in enumerate(x.to_bytes(_ORDER, "big")):
-        if b:
-            out ^= pow_[_ORDER - j][b]
+    bits = 8 * len(data)
+    x = int.from_bytes(data, "big") ^ (crc << (bits - 8))
+    while bits > _ORDER_BITS:
+        keep = _ORDER_BITS * ((bits + 2 * _ORDER_BITS - 1) // (2 * _ORDER_BITS))  # >= half
+        mask = _FOLD_MASKS.get(keep)
+        if mask is None:
+            mask = _FOLD_MASKS[keep] = (1 << keep) - 1
+        x = (x >> keep) ^ (x & mask)
+        bits = keep
+    t16 = _T16
+    out = 0
+    for word in _WORDS(x.to_bytes(16, "big")):
+        out = t16[(out << 8) ^ word]
     return out
 
 

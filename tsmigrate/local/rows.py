@@ -361,8 +361,9 @@ def put_one(
             _check_value(table, cell.name, cell.value)
             ts = now_ms if cell.timestamp is None else cell.timestamp
             given.append((cell.name, cell.value, ts, *encode_cell(cell.name, cell.value, ts)))
-    else:
-        pk_bytes, pk_crcs, pk, given = row
+        size = sum([len(name) + value_size(value) for name, value, *_ in given])
+    else:  # the fast path metered the row (its key included) while parsing it
+        pk_bytes, pk_crcs, pk, given, size = row
         encoded_pk = pk_bytes, pk_crcs
     if len(given) > MAX_COLUMNS_PER_WRITE:
         raise invalid(
@@ -370,7 +371,6 @@ def put_one(
             f"{MAX_COLUMNS_PER_WRITE}, column count: {len(given)}."
         )
     cells: Cells = {}
-    size = 0
     valid, pk_names = _valid_names, table.pk_name_set
     for name, value, ts, encoded, crc in given:
         kind = type(value)
@@ -384,7 +384,6 @@ def put_one(
             _check_value(table, name, value)
         if ts != now_ms:
             _check_timestamp(table, name, ts, now_ms)
-        size += len(name) + value_size(value)
         if name in cells:
             _add_version(cells, name, (ts, value, encoded, crc))
             cells[name] = cells[name][: table.max_versions]
@@ -395,7 +394,8 @@ def put_one(
     change = None
     if mutation.hooks or ctx.txn is not None:
         change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
-    size += logical_size(mutation.pk)
+    if encoded_pk is None:
+        size += logical_size(mutation.pk)
     # With every name given once, the row's newest versions are the cells given: what the write
     # meters is what the row's reads will.
     new = mutation.write(cells, change, size if len(cells) == len(given) else None)

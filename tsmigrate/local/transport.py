@@ -455,11 +455,20 @@ class HTTPServer:
 
     def _send(self, conn: _Conn, response: Response, close: bool) -> None:
         status, headers, body = response
+        data = _response(status, headers, body, close)
+        try:
+            sent = conn.sock.send(data)  # non-blocking: most responses fit the socket's buffer
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the peer went away: nothing to answer
+        if sent == len(data):
+            return
         conn.sock.settimeout(self.limits.write_timeout_s)
         try:
-            conn.sock.sendall(_response(status, headers, body, close))
+            conn.sock.sendall(memoryview(data)[sent:])
         except OSError:
-            pass  # the peer went away: nothing to answer
+            pass
         finally:
             conn.sock.setblocking(False)
 

@@ -18,8 +18,8 @@ from tsmigrate.local.errors import invalid
 _STRING = FieldDescriptor.TYPE_STRING
 _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _REPEATED = FieldDescriptor.LABEL_REPEATED
-# Message types -> whether they hold a string field at any depth (most row traffic does not).
-_holds_strings: dict[str, bool] = {}
+# Message type -> its fields that hold a string at any depth.
+_holding_strings: dict[str, tuple[FieldDescriptor, ...]] = {}
 
 
 def parse_nested(message: type[Message], data: bytes, what: str) -> Any:
@@ -36,31 +36,42 @@ def parse_nested(message: type[Message], data: bytes, what: str) -> Any:
 
 def check_utf8(message: Message) -> None:
     """Raise OTSParameterInvalid when a string field anywhere in `message` is not UTF-8."""
-    if _has_strings(message.DESCRIPTOR):
+    if _string_fields(message.DESCRIPTOR):
         _check(message, "")
 
 
 def _check(message: Message, prefix: str) -> None:
-    for field, value in message.ListFields():
+    # Only the fields that can hold a string are looked at: ListFields would build every set
+    # field's value (a row's bytes, for each row of a batch) just to skip it.
+    for field in _string_fields(message.DESCRIPTOR):
+        if field.label == _REPEATED:
+            values = getattr(message, field.name)
+        elif message.HasField(field.name):
+            values = (getattr(message, field.name),)
+        else:
+            continue
         if field.type == _STRING:
-            values = value if field.label == _REPEATED else (value,)
             for item in values:
                 if not isinstance(item, str):
                     raise invalid(f"The value of field '{prefix}{field.name}' is not valid UTF-8.")
-        elif field.type == _MESSAGE and _has_strings(field.message_type):
-            items = value if field.label == _REPEATED else (value,)
-            for item in items:
+        else:
+            for item in values:
                 _check(item, f"{prefix}{field.name}.")
 
 
-def _has_strings(descriptor: Descriptor) -> bool:
-    known = _holds_strings.get(descriptor.full_name)
+def _string_fields(descriptor: Descriptor) -> tuple[FieldDescriptor, ...]:
+    """The fields of a message type that hold a string at any depth (most row traffic: none)."""
+    known = _holding_strings.get(descriptor.full_name)
     if known is None:
-        # Met again while deciding (a recursive type): assume it does, at worst a needless walk.
-        _holds_strings[descriptor.full_name] = True
-        known = any(
-            field.type == _STRING or (field.type == _MESSAGE and _has_strings(field.message_type))
-            for field in descriptor.fields
+        # Met again while deciding (a recursive type): assume its message fields do, at worst a
+        # needless walk.
+        _holding_strings[descriptor.full_name] = tuple(
+            f for f in descriptor.fields if f.type in (_STRING, _MESSAGE)
         )
-        _holds_strings[descriptor.full_name] = known
+        known = tuple(
+            field
+            for field in descriptor.fields
+            if field.type == _STRING or (field.type == _MESSAGE and _string_fields(field.message_type))
+        )
+        _holding_strings[descriptor.full_name] = known
     return known
