@@ -128,11 +128,10 @@ def _target_page_totals(buf: bytes) -> tuple[int, int]:
     count = digest = 0
     for pk_start, pk_end, attributes_end in row_spans(buf):
         count += 1
-        # The key cells and the attribute cells (with the 0x02 tag between) are contiguous
-        if attributes_end > pk_end:
+        if attributes_end > pk_end:  # key cells, 0x02 and attribute cells: one slice, no copy
             digest += content_digest(buf[pk_start:attributes_end])
         else:
-            digest += content_digest(buf[pk_start:pk_end] + b"\x02")
+            digest += row_digest(buf[pk_start:pk_end], b"")
     return count, digest
 
 

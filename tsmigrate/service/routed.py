@@ -112,8 +112,6 @@ class _Calls:
         return response
 
 
-
-
 class RoutedClient:
     """An ``OTSClient`` whose row calls on one table go to the side its rewrite names."""
 
