@@ -209,6 +209,19 @@ class RawClient:
         self, iterator: str, limit: int | None = None
     ) -> tuple[list[StreamRecord], str | None]:
         """One page of records and the iterator of the next page (None at the shard's end)."""
+        encoded, following = self.stream_record_bytes(iterator, limit)
+        records = [
+            StreamRecord(action, plainbuffer.decode_row(row),
+                         None if origin is None else plainbuffer.decode_row(origin))
+            for action, row, origin in encoded
+        ]
+        return records, following
+
+    def stream_record_bytes(
+        self, iterator: str, limit: int | None = None
+    ) -> tuple[list[tuple[str, bytes, bytes | None]], str | None]:
+        """``stream_records`` with each record's rows as they came (PlainBuffer): (action, the
+        row written, its origin columns or None)."""
         request = pb.GetStreamRecordRequest(shard_iterator=iterator)
         if limit is not None:
             request.limit = limit
@@ -216,10 +229,8 @@ class RawClient:
         records = []
         for r in response.stream_records:
             origin = table_protocol.StreamRecordOrigin.FromString(r.SerializeToString())
-            records.append(StreamRecord(
-                ACTIONS[r.action_type], plainbuffer.decode_row(r.record),
-                plainbuffer.decode_row(origin.origin_record) if origin.HasField("origin_record") else None,
-            ))
+            records.append((ACTIONS[r.action_type], r.record,
+                            origin.origin_record if origin.HasField("origin_record") else None))
         following = response.next_shard_iterator if response.HasField("next_shard_iterator") else None
         return records, following
 

@@ -7,13 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsmigrate.local.plainbuffer import (
+    HEADER,
     assemble_row,
     decode_rows,
     encode_cell,
+    encode_primary_key,
     encode_primary_key_cells,
     join_rows,
 )
-from tsmigrate.rewrite.rowbytes import key_cell, scan_rows
+from tsmigrate.rewrite.rowbytes import cell_value, key_cell, key_row, row_cells, scan_rows
 
 SETTINGS = settings(max_examples=150, deadline=None)
 _KEY_VALUE = st.one_of(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), st.binary(max_size=40))
@@ -56,3 +58,22 @@ def test_a_scanned_page_gives_keys_values_and_the_kept_cells(rows, wanted, drop)
             newest.setdefault(name, value)
         assert row.values == {n: v for n, v in newest.items() if n in wanted}
         assert [(c[0], c[4]) for c in row.cells] == [(c[0], c[2]) for c in cells]
+
+
+@settings(max_examples=25, deadline=None)  # fast: capture's tests cover it through the server
+@given(st.lists(st.tuples(st.just("id"), _KEY_VALUE), min_size=1, max_size=3), st.lists(_CELL, max_size=6),
+       st.frozensets(_NAMES))
+def test_one_row_gives_its_key_and_every_cell_as_bytes(key, cells, wanted) -> None:
+    """Capture's reader: a row's cells as their encoding (what it writes on as they came)."""
+    cells = sorted(cells, key=lambda c: (c[0], -c[2]))
+    pk_bytes, pk_crcs = encode_primary_key_cells(key)
+    encoded = [encode_cell(*c) for c in cells]
+    got_key, got, values = row_cells(HEADER + assemble_row(pk_bytes, pk_crcs, encoded), wanted)
+    assert got_key == tuple((n, bytes(v) if isinstance(v, bytearray) else v) for n, v in key)
+    assert key_row(key) == encode_primary_key(key)
+    assert got == [(c[0], c[2], cell, crc) for c, (cell, crc) in zip(cells, encoded, strict=True)]
+    assert [cell_value(c[2]) for c in got] == [c[1] for c in cells]
+    newest: dict = {}
+    for name, value, _ in cells:
+        newest.setdefault(name, value)
+    assert values == {n: v for n, v in newest.items() if n in wanted}

@@ -18,6 +18,11 @@ unless the source changed it later (see ``Change`` and ``Capture.sync``):
 - a row that came to its target key (new, or its key changed) gets every source cell; fields of
   the old key kept as target attributes follow the source row's newest cell.
 
+Cells pass through as bytes: records, source rows and target rows are read as PlainBuffer
+(``RawClient.stream_record_bytes``, BatchGetRow through ``RawClient``), a cell is compared by its
+encoded bytes and written into the target's UpdateRow as it came (name, value, timestamp and
+checksum are the same there); only keys and the values the new key is built from are decoded.
+
 A target row nobody wrote directly therefore ends as the exact transform of its source row, as
 before. Re-reading keeps this idempotent and insensitive to order: records may be applied twice
 (after a kill) or seen across shards.
@@ -57,34 +62,61 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.local import plainbuffer
-from tsmigrate.rawclient import RawClient, StreamRecord
+from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import copy, machine
+from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row, row_cells
 from tsmigrate.rewrite.transform import TargetRow
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
 
 Key = tuple[tuple[str, Any], ...]
+# A cell of a target row by (name, timestamp): its encoded bytes and checksum (``RawCell``'s),
+# compared by those bytes and written to the target as they came
+Encoded = tuple[bytes, int]
 
 
 class CaptureLost(machine.RewriteError):
     """The stream no longer has records capture needs."""
 
 
-def record_time(record: StreamRecord, read_ms: int) -> int:
+@attrs.frozen(slots=True)
+class Record:
+    """A stream record as capture reads it from its bytes (``read_records``): the key decoded,
+    the names and timestamps of the cells it wrote or deleted (0: none), and the origin columns'
+    newest values the new key needs (None: the row did not exist, or the stream carries none)."""
+
+    action: str  # put / update / delete
+    key: Key
+    cells: list[tuple[str, int]]
+    origin: dict[str, Any] | None
+
+
+def read_records(encoded: Iterable[tuple[str, bytes, bytes | None]],
+                 wanted: frozenset[str]) -> list[Record]:
+    """Records from ``RawClient.stream_record_bytes``; of the origin columns, the values of
+    ``wanted`` are decoded, nothing else is."""
+    records = []
+    for action, row, origin in encoded:
+        key, cells, _ = row_cells(row)
+        values = None if origin is None else row_cells(origin, wanted)[2]
+        records.append(Record(action, key, [(c[0], c[1]) for c in cells], values))
+    return records
+
+
+def record_time(record: Record, read_ms: int) -> int:
     """The time of a record's change, in ms, by which target cells count as newer or not.
 
     A record carries no time of its own here: the service's sequence info (a PlainBuffer
-    extension) is not written by the local server and not kept by ``RawClient``'s
-    ``StreamRecord``. The newest timestamp among the record's cells is the change's time when the
-    service stamped the cells (and the time a writer meant, when it gave them). A record without
-    any (a DeleteRow, an UpdateRow that only deletes whole columns) takes the time it was read:
-    never earlier than the change, so every source cell it removed is not newer than it and goes
-    from the target too; the price is that a cell written to the target directly between the
-    change and its reading (within the capture lag) counts as older and goes with it.
+    extension) is not written by the local server and not kept by ``Record``. The newest
+    timestamp among the record's cells is the change's time when the service stamped the cells
+    (and the time a writer meant, when it gave them). A record without any (a DeleteRow, an
+    UpdateRow that only deletes whole columns) takes the time it was read: never earlier than
+    the change, so every source cell it removed is not newer than it and goes from the target
+    too; the price is that a cell written to the target directly between the change and its
+    reading (within the capture lag) counts as older and goes with it.
     """
-    stamps = [cell.timestamp for cell in record.row.cells if cell.timestamp is not None]
-    return max(stamps) if stamps else read_ms
+    return max([stamp for _, stamp in record.cells if stamp], default=read_ms)
 
 
 @attrs.define
@@ -104,13 +136,13 @@ class Change:
     # be mapped before): its target row gets every source cell
     arrived: bool = False
 
-    def add(self, record: StreamRecord, when: int, old: Key | None) -> None:
+    def add(self, record: Record, when: int, old: Key | None) -> None:
         self.time = max(self.time, when)
         if record.action in ("put", "delete"):
             self.row_time = when if self.row_time is None else max(self.row_time, when)
         else:
-            for cell in record.row.cells:
-                self.columns[cell.name] = max(self.columns.get(cell.name, when), when)
+            for name, _ in record.cells:
+                self.columns[name] = max(self.columns.get(name, when), when)
         if old is None:
             self.arrived = True
         else:
@@ -122,13 +154,6 @@ class Change:
         if self.row_time is None:
             return column
         return self.row_time if column is None else max(column, self.row_time)
-
-
-_MISSING = object()
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
 
 
 def ordered_changes(changes: list[tuple[str, str, Any, int]], before: dict[tuple[str, int], Any],
@@ -164,17 +189,19 @@ class _TargetRow:
 
     key: Key
     existed: bool
-    before: dict[tuple[str, int], Any]
+    before: dict[tuple[str, int], Encoded]
     exists: bool = False
-    cells: dict[tuple[str, int], Any] = attrs.field(factory=dict)
+    cells: dict[tuple[str, int], Encoded] = attrs.field(factory=dict)
 
     @classmethod
-    def read(cls, key: Key, columns: Any) -> _TargetRow:
-        before = {} if columns is None else {(c[0], c[2]): c[1] for c in columns}
-        return cls(key, columns is not None, before, columns is not None, dict(before))
+    def read(cls, key: Key, row: RawRow | None) -> _TargetRow:
+        before = {} if row is None else {(c[0], c[1]): (c[2], c[3]) for c in row.cells}
+        return cls(key, row is not None, before, row is not None, dict(before))
 
-    def columns(self) -> list[tuple[str, Any, int]]:
-        return [(name, value, stamp) for (name, stamp), value in self.cells.items()]
+    def values_of(self, names: frozenset[str]) -> list[tuple[str, Any]]:
+        """(name, value) of the cells of ``names``, decoded, newest version first."""
+        return [(name, cell_value(cell)) for (name, _), (cell, _) in self.cells.items()
+                if name in names]
 
     def drop(self, name: str | None, when: int, keep: Any = ()) -> int:
         """Remove the versions (of ``name``, or of every column) not newer than ``when``, but
@@ -313,9 +340,10 @@ class Capture:
             iterator = self._call(self.raw.shard_iterator, self.stream_id, shard.shard_id)
             self.shards[shard.shard_id] = ShardState(shard.shard_id, iterator, parents)
 
-    def _read(self, shard: ShardState) -> tuple[list[StreamRecord], str | None]:
+    def _read(self, shard: ShardState) -> tuple[list[Record], str | None]:
         assert shard.iterator is not None
-        return self._call(self.raw.stream_records, shard.iterator, PAGE_RECORDS)
+        encoded, following = self._call(self.raw.stream_record_bytes, shard.iterator, PAGE_RECORDS)
+        return read_records(encoded, self.transform.key_sources), following
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -334,36 +362,35 @@ class Capture:
 
     # -- applying records ------------------------------------------------------------------------
 
-    def _old_target_key(self, record: StreamRecord) -> Key | None:
+    def _old_target_key(self, record: Record) -> Key | None:
         """The target key the row had before this write (from the origin columns), or None when
         the row did not exist before."""
         if record.origin is None:
             if self.transform.key_sources:
                 return None
             # The new key is built from source key columns only: the record's key says it.
-            values = self.transform.natural(record.row.primary_key, [])
+            values = self.transform.natural(record.key, [])
             return _key(self.transform.target_key(values))
-        cells = [(c.name, c.value, c.timestamp) for c in record.origin.cells]
         try:
-            values = self.transform.natural(record.row.primary_key, cells)
+            values = self.transform.natural(record.key, list(record.origin.items()))
             return _key(self.transform.target_key(values))
         except TsmigrateError:  # the old row could not be mapped: it never had a target row
             return None
 
-    def _apply_page(self, shard: ShardState, records: Sequence[StreamRecord]) -> None:
+    def _apply_page(self, shard: ShardState, records: Sequence[Record]) -> None:
         read_ms = int(time.time() * 1000)
         now: dict[Key, Change] = {}
         waiting: set[int] = set()
         running: set[int] = set()  # splits seen unfinished in this page: asked once per page
         for record in records:
-            source_key = _key(record.row.primary_key)
+            source_key = record.key
             old = self._old_target_key(record)
             split = self.split_of(source_key)
             if self.touched is not None:
                 self.touched.add(split)
-            for cell in record.row.cells:
-                if cell.timestamp:
-                    self.stats.last_record_ms = max(self.stats.last_record_ms, cell.timestamp)
+            for _, stamp in record.cells:
+                if stamp:
+                    self.stats.last_record_ms = max(self.stats.last_record_ms, stamp)
             if split not in running and (split in self.finished_splits or self.split_done(split)):
                 self.finished_splits.add(split)
                 into = now
@@ -397,34 +424,50 @@ class Capture:
         """Apply the changes of ``keys`` to the target, cell by cell: each source key's current
         row (re-read) and its target rows (the current one, and those it left) are read in
         batches, the changes merged in (``_vacate``, ``_merge``), and only the differences
-        written, batched (``_write``)."""
+        written, batched (``_write``). Cells stay encoded throughout (``RawCell``)."""
         items = list(keys.items())
+        target = self.job.target
         for start in range(0, len(items), BATCH_GET):
             batch = items[start:start + BATCH_GET]
-            current = self._read_source([k for k, _ in batch])
+            current = read_raw_rows(self.raw, self.job.source.name, [k for k, _ in batch],
+                                    copy.versions(self.job), self.transform.key_sources)
             planned = []
             wanted: list[Key] = []
             for source_key, change in batch:
                 row = current.get(source_key)
-                target = None if row is None else self.transform.apply(list(source_key), row)
-                new_key = None if target is None else _key(target.primary_key)
-                planned.append((source_key, change, target, new_key))
+                new_key, cells = (None, []) if row is None else self._target_of(source_key, row)
+                planned.append((change, cells, new_key))
                 wanted += [*([new_key] if new_key else []), *change.olds]
-            found = self._read_rows(self.job.target.name, wanted,
-                                    self.job.target.options.max_versions)
+            found = read_raw_rows(self.raw, target.name, wanted, target.options.max_versions)
             rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
             # The target keys rows left first: a row moving in within the same batch merges
             # into what they leave.
-            for source_key, change, _target, new_key in planned:
+            for (source_key, _), (change, _cells, new_key) in zip(batch, planned, strict=True):
                 for old, when in change.olds.items():
                     if old != new_key:
                         self._vacate(rows[old], source_key, when)
-            for _source_key, change, target, new_key in planned:
-                if target is not None:
-                    assert new_key is not None
+            for change, cells, new_key in planned:
+                if new_key is not None:
                     arrived = change.arrived or any(old != new_key for old in change.olds)
-                    self._merge(rows[new_key], target.columns, change, arrived)
+                    self._merge(rows[new_key], cells, change, arrived)
             self._write(rows.values())
+
+    def _target_of(self, source_key: Key, row: RawRow) -> tuple[Key, list[RawCell]]:
+        """The target key and cells of a source row (``RowTransform.apply`` on encoded cells):
+        only the values the new key needs are decoded; fields of the old key that become
+        attributes are encoded, stamped like the row's newest cell."""
+        transform = self.transform
+        values = transform.natural(source_key, list(row.values.items()))
+        key = _key(transform.target_key(values, list(source_key)))
+        dropped = transform.dropped
+        cells = [c for c in row.cells if c[0] not in dropped]
+        present = {c[0] for c in row.cells}
+        extra = [f for f in transform.added if f not in present and f in values]
+        if extra:
+            stamp = max((c[1] for c in row.cells), default=transform.default_timestamp)
+            cells += [(f, stamp, *plainbuffer.encode_cell(f, values[f], stamp)) for f in extra]
+            cells.sort(key=lambda c: c[0])  # stable: versions keep their order
+        return key, cells
 
     def _vacate(self, row: _TargetRow, source_key: Key, when: int) -> None:
         """The target row ``source_key`` left (its key changed, or the source row is gone):
@@ -432,8 +475,9 @@ class Capture:
         it still belongs to that source key (another row may have moved in meanwhile)."""
         if not row.exists:
             return
+        recover = self.transform.recover_columns
         try:
-            owner = _key(self.transform.source_key_of(list(row.key), row.columns()))
+            owner = _key(self.transform.source_key_of(list(row.key), row.values_of(recover)))
         except TsmigrateError:
             return  # a row that does not tell its source key is no source row's to remove
         if owner != source_key:
@@ -443,15 +487,15 @@ class Capture:
         if not row.cells:
             row.exists = False
 
-    def _merge(self, row: _TargetRow, source: Sequence[tuple[str, Any, int]], change: Change,
+    def _merge(self, row: _TargetRow, source: Sequence[RawCell], change: Change,
                arrived: bool) -> None:
         """Merge the source's cells (the transformed row) into the target row: the columns the
         change touched take the source's versions, and lose the versions the source no longer has
         that are not newer than the change; untouched columns are left as they are, unless the row
         just arrived at this key, which takes every source version."""
-        versions: dict[str, list[tuple[int, Any]]] = {}
-        for name, value, stamp in source:
-            versions.setdefault(name, []).append((stamp, value))
+        versions: dict[str, list[tuple[int, Encoded]]] = {}
+        for name, stamp, cell, crc in source:
+            versions.setdefault(name, []).append((stamp, (cell, crc)))
         added = set(self.transform.added)
         names = dict.fromkeys([*versions, *(name for name, _ in row.cells)])
         wrote = False
@@ -462,8 +506,8 @@ class Capture:
             if when is None and not arrived:
                 continue
             kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
-            for stamp, value in versions.get(name, ()):
-                row.cells[(name, stamp)] = value
+            for stamp, encoded in versions.get(name, ()):
+                row.cells[(name, stamp)] = encoded
                 wrote = True
             if when is not None:
                 row.drop(name, when, kept)
@@ -474,14 +518,15 @@ class Capture:
         # cell, so they follow it; the versions they replace go.
         for name in added:
             kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
-            for stamp, value in versions.get(name, ()):
-                row.cells[(name, stamp)] = value
+            for stamp, encoded in versions.get(name, ()):
+                row.cells[(name, stamp)] = encoded
             newest = max((stamp for stamp, _ in versions.get(name, ())), default=change.time)
             row.drop(name, max(change.time, newest), kept)
 
     def _write(self, rows: Iterable[_TargetRow]) -> None:
-        """Write what changed in ``rows``: UpdateRows of the versions put and deleted, DeleteRow
-        for rows that are gone, PutRow of a bare key for a source row without cells."""
+        """Write what changed in ``rows``: UpdateRows of the versions put (the cells' bytes as
+        read, compared by those bytes) and deleted, DeleteRow for rows that are gone, PutRow of
+        a bare key for a source row without cells."""
         updates: list[tuple[list[tuple[str, Any]], list[Any]]] = []
         gone: list[list[tuple[str, Any]]] = []
         bare: list[TargetRow] = []
@@ -494,13 +539,14 @@ class Capture:
                 if not row.existed or row.before:
                     bare.append(TargetRow(list(row.key), []))
                 continue
-            changes = [("put", name, value, stamp) for (name, stamp), value in row.cells.items()
-                       if not _same(row.before.get((name, stamp), _MISSING), value)]
-            changes += [("delete", name, None, stamp) for name, stamp in row.before
+            before = row.before
+            changes = [("put", name, encoded, stamp) for (name, stamp), encoded in row.cells.items()
+                       if before.get((name, stamp)) != encoded]
+            changes += [("delete", name, None, stamp) for name, stamp in before
                         if (name, stamp) not in row.cells]
             if changes:
                 updates.append((list(row.key), ordered_changes(
-                    changes, row.before, self.job.target.options.max_versions)))
+                    changes, before, self.job.target.options.max_versions)))
         if gone:
             self.writer.delete_keys(self.client, self.job.target.name, gone)
         if bare:
@@ -508,21 +554,20 @@ class Capture:
         if updates:
             self.writer.update_rows(self.client, self.job.target.name, updates)
 
-    def _read_source(self, keys: list[Key]) -> dict[Key, list[tuple[str, Any, int]]]:
-        return read_rows(self.client, self.job.source.name, keys, copy.versions(self.job))
 
-    def _read_rows(self, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
-        return read_rows(self.client, table, keys, versions)
+@attrs.define(slots=True)
+class RawRow:
+    """A row as read, its attribute cells encoded."""
+
+    cells: list[RawCell]  # every version, in the read's order (a column's newest first)
+    values: dict[str, Any]  # the newest value of each column asked for, decoded
 
 
-def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
-    """Current rows (all versions, with timestamps: (name, value, timestamp) tuples, newest
-    version first) by key; absent rows are left out. Rows the service failed to read in a batch
-    (throttled) are asked again, with capped backoff. The answer is decoded by tsmigrate's
-    PlainBuffer reader, a few times faster than the SDK's (capture reads every row it applies
-    twice, source and target); binary values come as bytes."""
-    raw = RawClient(client)
-    found: dict[Key, Any] = {}
+def _batch_get(raw: RawClient, table: str, keys: list[Key], versions: int) -> dict[Key, bytes]:
+    """The current rows of ``keys`` (every version, with timestamps) as BatchGetRow returns
+    them (HEADER + row); absent rows are left out. Rows the service failed to read in a batch
+    (throttled) are asked again, with capped backoff."""
+    found: dict[Key, bytes] = {}
     todo = list(dict.fromkeys(keys))
     delay = 0.05
     while todo:
@@ -531,16 +576,34 @@ def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[K
             chunk = todo[start:start + BATCH_GET]
             request = pb.BatchGetRowRequest()
             item = request.tables.add(table_name=table, max_versions=max(1, versions))
-            item.primary_key.extend(plainbuffer.encode_primary_key(key) for key in chunk)
+            item.primary_key.extend([key_row(key) for key in chunk])
             response = raw.call("BatchGetRow", request, pb.BatchGetRowResponse)
             for key, result in zip(chunk, response.tables[0].rows, strict=True):
                 if not result.is_ok:
                     retry.append(key)
                 elif result.row:
-                    cells = plainbuffer.decode_row(result.row).cells
-                    found[key] = [(c.name, c.value, c.timestamp) for c in cells]
+                    found[key] = result.row
         todo = retry
         if todo:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
     return found
+
+
+def read_raw_rows(raw: RawClient, table: str, keys: list[Key], versions: int,
+                  wanted: frozenset[str] = frozenset()) -> dict[Key, RawRow]:
+    """Current rows by key, their cells kept encoded (``RawCell``); the newest value of each
+    column in ``wanted`` decoded. Absent rows are left out."""
+    found = {}
+    for key, buf in _batch_get(raw, table, keys, versions).items():
+        _, cells, values = row_cells(buf, wanted)
+        found[key] = RawRow(cells, values)
+    return found
+
+
+def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:
+    """Current rows, decoded: (name, value, timestamp) tuples, newest version first, by key;
+    absent rows are left out; binary values come as bytes. For the checks that compare rows by
+    value (recheck, the fence's verification)."""
+    return {key: [(c.name, c.value, c.timestamp) for c in plainbuffer.decode_row(buf).cells]
+            for key, buf in _batch_get(RawClient(client), table, keys, versions).items()}

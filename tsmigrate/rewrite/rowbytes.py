@@ -309,3 +309,76 @@ def _encode_key_cell(name: str, value: Any) -> tuple[bytes, int]:
 
 
 _CELL_CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))
+
+
+def cell_value(cell: bytes) -> Any:
+    """The value of one encoded attribute cell (``0x03 0x04 len32 name [0x05 len32 vtype
+    payload] ...``); None for a cell without one."""
+    start = 6 + _I32(cell, 2)[0]
+    if cell[start] != 0x05:
+        return None
+    return value_at(cell, start + 5, start + 5 + _I32(cell, start + 1)[0])
+
+
+def key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
+    """A primary key's cells (``key_cell``, cached) and their checksums."""
+    cells = [key_cell(name, value) for name, value in key]
+    return b"".join([c for c, _ in cells]), bytes([crc for _, crc in cells])
+
+
+def key_row(key: Sequence[tuple[str, Any]]) -> bytes:
+    """HEADER + a row of the key alone, as BatchGetRow takes it (``encode_primary_key``)."""
+    cells, crcs = key_cells(key)
+    return b"".join((HEADER, b"\x01", cells, ROW_CHECKSUM[row_checksum(crcs, b"")]))
+
+
+# An attribute cell as read: (name, timestamp or 0, its encoded bytes, its checksum)
+RawCell = tuple[str, int, bytes, int]
+
+
+def row_cells(
+    buf: bytes, wanted: frozenset[str] = frozenset()
+) -> tuple[tuple[tuple[str, Any], ...], list[RawCell], dict[str, Any]]:
+    """The one row of ``buf`` (HEADER + row: a row read back, or a stream record's): its key
+    decoded, every attribute cell as (name, timestamp or 0, the cell's bytes, its checksum), and
+    the newest value of each column of ``wanted``. Values are not decoded otherwise."""
+    if buf[:4] != HEADER:
+        raise PlainBufferError(f"a row must start with the PlainBuffer header, got {buf[:4].hex()}")
+    i32, i64 = _I32, _I64
+    names = _names
+    key = []
+    cells = []
+    values: dict[str, Any] = {}
+    pos = 5  # after HEADER and TAG_ROW_PK
+    try:
+        while buf[pos] == 0x03:
+            start = pos + 6
+            end = start + i32(buf, pos + 2)[0]
+            vstart = end + 5
+            pos = vstart + i32(buf, end + 1)[0]
+            key.append((names.get(buf[start:end]) or _name(buf, start, end), value_at(buf, vstart, pos)))
+            pos += 2  # TAG_CELL_CHECKSUM crc
+        if buf[pos] == 0x02:
+            pos += 1
+            while buf[pos] == 0x03:
+                cell = pos
+                start = pos + 6
+                pos = end = start + i32(buf, pos + 2)[0]
+                name = names.get(buf[start:end]) or _name(buf, start, end)
+                if buf[pos] == 0x05:
+                    vstart = pos + 5
+                    pos = vstart + i32(buf, pos + 1)[0]
+                    if name in wanted and name not in values:
+                        values[name] = value_at(buf, vstart, pos)
+                if buf[pos] == 0x06:
+                    pos += 2
+                stamp = 0
+                if buf[pos] == 0x07:
+                    stamp = i64(buf, pos + 1)[0]
+                    pos += 9
+                pos += 2  # TAG_CELL_CHECKSUM crc
+                cells.append((name, stamp, buf[cell:pos], buf[pos - 1]))
+        row_end(buf, pos)
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise PlainBufferError(f"a row read back is truncated or malformed ({exc})") from None
+    return tuple(key), cells, values

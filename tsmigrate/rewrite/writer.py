@@ -37,18 +37,20 @@ from tsmigrate.local.plainbuffer import (
     assemble_row,
     crc8_bytes,
     decode_row,
-    encode_cell,
     encode_primary_key_cells,
 )
+from tsmigrate.protowire import varint
 from tsmigrate.rawclient import RawClient
+from tsmigrate.rewrite.rowbytes import key_cells
 from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
 MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
 
-# One cell of an UpdateRow: ("put", name, value, timestamp) or ("delete", name, None, timestamp),
-# the latter deleting that one version (UpdateType.DELETE).
+# One cell of an UpdateRow: ("put", name, (encoded cell, its checksum), timestamp), the cell as
+# read (capture passes cells through as bytes), or ("delete", name, None, timestamp), deleting
+# that one version (UpdateType.DELETE).
 CellChange = tuple[str, str, Any, int]
 
 
@@ -196,21 +198,11 @@ class BatchWriter:
 # row_change(2), condition(3) { row_existence(1) = IGNORE } } }, the fields of
 # table_store.proto; tests/rewrite/test_writer.py parses it back with them.
 _CONDITION_IGNORE = b"\x1a\x02\x08" + bytes((pb.IGNORE,))
-_SHORT_VARINTS = 1 << 14  # lengths below this, encoded in one or two bytes, are kept
-_VARINTS = [bytes((n,)) if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) for n in range(_SHORT_VARINTS)]
-
-
-def _varint(n: int) -> bytes:
-    """Seven bits a byte, the lowest first, the high bit set on all but the last."""
-    if n < _SHORT_VARINTS:
-        return _VARINTS[n]
-    return bytes((n & 0x7F | 0x80,)) + _varint(n >> 7)
 
 
 def batch_write_request(table: str, kind: int, rows: Sequence[bytes]) -> bytes:
     """The BatchWriteRowRequest of ``rows`` (encoded rows, HEADER + row each) for ``table``,
     each of operation ``kind`` (pb.PUT, UPDATE, DELETE) with row existence IGNORE."""
-    varint = _varint
     head = b"\x08" + bytes((kind,)) + b"\x12"  # type, then row_change's tag
     fixed = len(head) + len(_CONDITION_IGNORE)
     parts = []
@@ -274,11 +266,11 @@ def _delete_version_cell(name: str, timestamp: int) -> tuple[bytes, int]:
 
 
 def encode_update(key: Sequence[tuple[str, Any]], cells: Sequence[CellChange]) -> bytes:
-    """HEADER + one UpdateRow change: puts of versions (value and timestamp) and deletes of one
-    version each. The service takes each column name once per UpdateRow (``update_rows`` splits
-    a row's changes into rounds accordingly)."""
-    pk_cells, crcs = encode_primary_key_cells(key)
-    encoded = [encode_cell(name, value, ts) if op == "put" else _delete_version_cell(name, ts)
+    """HEADER + one UpdateRow change: puts of versions (encoded cells, see ``CellChange``) and
+    deletes of one version each. The service takes each column name once per UpdateRow
+    (``update_rows`` splits a row's changes into rounds accordingly)."""
+    pk_cells, crcs = key_cells(key)
+    encoded = [value if op == "put" else _delete_version_cell(name, ts)
                for op, name, value, ts in cells]
     return HEADER + assemble_row(pk_cells, crcs, encoded)
 

@@ -1,0 +1,168 @@
+"""Change capture's client CPU per stream record, this tree against another one, side by side.
+
+A local server runs in its own process (`tsmigrate local serve --memory`). Each round, a child
+process running the tree under test makes a source table (rows of about 370 bytes, six cells,
+three versions kept, keyed by request_id), a rewrite of it keyed by (keyword, day, request_id)
+made ready by `apply`, then writes the source as services do meanwhile: updates of one or two
+columns, whole-row puts, column deletes, keyword changes (the row moves to another target key)
+and row deletes. Capture then applies every record; the CPU of its thread (``time.thread_time``:
+the server is another process) over the records read is the figure. With ``--against DIR`` (an
+earlier checkout, e.g. `git worktree add /tmp/base HEAD~1`) the rounds alternate between the two
+trees and the best of each counts (the machine may be shared):
+
+records=N capture_cpu_us_per_record=X [against_cpu_us_per_record=Y cpu_ratio=Y/X]
+
+    python bench/capture.py [--rows 4000] [--records 4000] [--repeat 3] [--against DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+logging.getLogger("tablestore").addHandler(logging.NullHandler())
+
+import attrs  # noqa: E402
+import tablestore as ts  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+
+YEAR_S = 366 * 86400
+IGNORE = ts.Condition("IGNORE")
+
+
+def _tables(round_id: str) -> tuple:
+    from tsmigrate.schema import AttributeColumn, PrimaryKeyColumn, Table, TableOptions
+
+    options = TableOptions(max_versions=3, max_time_deviation=YEAR_S)
+    columns = [AttributeColumn("credits", "INTEGER"), AttributeColumn("payload", "STRING"),
+               AttributeColumn("status", "STRING")]
+    source = Table(f"serp_{round_id}", [PrimaryKeyColumn("request_id", "STRING")],
+                   options=options, attributes=columns)
+    target = Table(f"serp_by_keyword_{round_id}",
+                   [PrimaryKeyColumn("keyword", "STRING"), PrimaryKeyColumn("day", "STRING"),
+                    PrimaryKeyColumn("request_id", "STRING")],
+                   options=options, attributes=columns, replaces=source.name)
+    return source, target
+
+
+def _key(i: int) -> list:
+    return [("request_id", uuid.UUID(int=i * 7919 + 1).hex)]
+
+
+def _row(i: int, version: int) -> dict:
+    return {"credits": i % 7 + version, "day": f"2026-09-{i % 28 + 1:02d}",
+            "keyword": f"keyword {i % 500:03d}", "payload": f"response {i:012d} v{version} " + "lorem " * 16,
+            "status": "ok" if i % 10 else "failed", "blob": bytearray([i % 256]) * 24}
+
+
+def _write(client: ts.OTSClient, table: str, items: list) -> None:
+    for start in range(0, len(items), 200):
+        request = ts.BatchWriteRowRequest()
+        request.add(ts.TableInBatchWriteRowItem(table, items[start:start + 200]))
+        client.batch_write_row(request)
+
+
+def _service_writes(rows: int, records: int, rng: random.Random) -> list:
+    """What services write to the source during the rewrite: mostly column updates. Rows are
+    deleted in the last tenth of the keys only: an update after a delete would make a row
+    without the new key's columns."""
+    items = []
+    for n in range(records):
+        i = rng.randrange(rows * 9 // 10)
+        kind = rng.random()
+        if kind < 0.55:
+            changes = {"put": [("status", f"s{n}"), *([("credits", n)] if n % 2 else [])]}
+            items.append(ts.UpdateRowItem(ts.Row(_key(i), changes), IGNORE))
+        elif kind < 0.75:
+            items.append(ts.PutRowItem(ts.Row(_key(i), list(_row(i, n).items())), IGNORE))
+        elif kind < 0.85:
+            items.append(ts.UpdateRowItem(ts.Row(_key(i), {"delete_all": ["blob"]}), IGNORE))
+        elif kind < 0.95:
+            items.append(ts.UpdateRowItem(ts.Row(_key(i), {"put": [("keyword", f"moved {n % 50}")]}), IGNORE))
+        else:
+            items.append(ts.DeleteRowItem(ts.Row(_key(rows - 1 - n % (rows // 10))), IGNORE))
+    return items
+
+
+def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
+    """One round in this process's tree: prints ``records`` and ``cpu_s``."""
+    from tsmigrate.apply import apply
+    from tsmigrate.rewrite import driver, machine
+    from tsmigrate.rewrite.job import ConnectionSpec
+    from tsmigrate.rewrite.planned import RewriteSettings
+    from tsmigrate.schema import Catalog
+
+    client = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)
+    source, target = _tables(round_id)
+    apply(client, Catalog([source]), target_identity="bench")
+    _write(client, source.name, [ts.PutRowItem(ts.Row(_key(i), list(_row(i, 0).items())), IGNORE)
+                                 for i in range(rows)])
+    settings = RewriteSettings(ConnectionSpec(endpoint, INSTANCE), driver.RunOptions(workers=2))
+    apply(client, Catalog([target]), target_identity="bench", rewrite_settings=settings)
+    _write(client, source.name, _service_writes(rows, records, random.Random(7)))
+    follower = driver.make_capture(client, machine.load(client, target.name))
+    read = 0
+    start = time.thread_time()
+    while True:
+        read += follower.step()
+        if follower.stats.caught_up:
+            break
+    cpu_s = time.thread_time() - start
+    print(f"records={read} cpu_s={cpu_s:.4f} stats={attrs.asdict(follower.stats)}")
+
+
+def _round(tree: Path, endpoint: str, round_id: str, rows: int, records: int) -> tuple[int, float]:
+    # The rewrite's workers connect as the environment says: the bench server's own keys.
+    env = {**os.environ, "PYTHONPATH": str(tree), "TSMIGRATE_ENDPOINT": endpoint,
+           "TSMIGRATE_INSTANCE": INSTANCE, "ALIBABA_CLOUD_ACCESS_KEY_ID": AK_ID,
+           "ALIBABA_CLOUD_ACCESS_KEY_SECRET": AK_SECRET}
+    done = subprocess.run([sys.executable, __file__, "--child", endpoint, round_id, "--rows", str(rows),
+                           "--records", str(records)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"round in {tree} failed: {done.stderr[-3000:]}")
+    fields = dict(f.split("=", 1) for f in done.stdout.split()[:2])
+    return int(fields["records"]), float(fields["cpu_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--against", type=Path, default=None, help="another checkout to compare with")
+    parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "ROUND"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child, args.rows, args.records)
+        return
+    here = Path(__file__).resolve().parent.parent
+    trees = {"this": here, **({"against": args.against.resolve()} if args.against else {})}
+    best: dict[str, float] = {}
+    records = 0
+    server, endpoint = start_server("--memory")
+    try:
+        for turn in range(args.repeat):
+            for name, tree in trees.items():
+                records, cpu_s = _round(tree, endpoint, f"{name}{turn}", args.rows, args.records)
+                best[name] = min(best.get(name, cpu_s), cpu_s)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    mine = best["this"] / records * 1e6
+    line = f"records={records} capture_cpu_us_per_record={mine:.1f}"
+    if "against" in best:
+        theirs = best["against"] / records * 1e6
+        line += f" against_cpu_us_per_record={theirs:.1f} cpu_ratio={theirs / mine:.2f}"
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
