@@ -14,6 +14,7 @@ both sides agree on every field number.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -266,3 +267,52 @@ class RawClient:
         request = search_pb2.DescribeSearchIndexRequest(table_name=table, index_name=index)
         return self.call("DescribeSearchIndex", request,
                          search_protocol.DescribeSearchIndexResponse)
+
+
+# -- encoded requests of the SDK's own APIs ----------------------------------------------------
+
+
+def send(client: OTSClient, api: str, body: bytes) -> bytes:
+    """The body of the answer to ``body``, a request of one of the SDK's own APIs encoded by
+    the caller, sent as the SDK's ``_request_helper`` sends it: signed once, the client's
+    connection, its response checks and errors, its retry policy (left as it is)."""
+    query, headers, context = _signed(client, api, body)
+    retries = 0
+    while True:
+        try:
+            return _checked(client, api, query, context,
+                            client.connection.send_receive(query, headers, body))
+        except OTSServiceError as exc:
+            if not client.retry_policy.should_retry(retries, exc, api):
+                raise
+            time.sleep(client.retry_policy.get_retry_delay(retries, exc, api))
+            retries += 1
+
+
+async def asend(client: Any, api: str, body: bytes) -> bytes:
+    """``send`` on an ``AsyncOTSClient``."""
+    connection = client._get_or_create_connection()
+    query, headers, context = _signed(client, api, body)
+    retries = 0
+    while True:
+        try:
+            return _checked(client, api, query, context,
+                            await connection.send_receive(query, headers, body))
+        except OTSServiceError as exc:
+            if not client.retry_policy.should_retry(retries, exc, api):
+                raise
+            await asyncio.sleep(client.retry_policy.get_retry_delay(retries, exc, api))
+            retries += 1
+
+
+def _signed(client: Any, api: str, body: bytes) -> tuple[str, dict[str, str], RequestContext]:
+    context = RequestContext(client.credentials_provider.get_credentials())
+    query = "/" + api
+    return query, client.protocol._make_request_headers(body, query, client._signer, context), context
+
+
+def _checked(client: Any, api: str, query: str, context: RequestContext, answer: Any) -> bytes:
+    """The body of an answer that passed the SDK's checks (else its error, raised)."""
+    status, reason, headers, body = answer
+    client.protocol.handle_error(api, query, status, reason, headers, body, client._signer, context)
+    return body

@@ -3,6 +3,10 @@
 from collections import Counter
 
 from tablestore import OTSClient
+from tablestore.protobuf import table_store_pb2 as pb
+
+from tsmigrate import rawclient
+from tsmigrate.local.plainbuffer import decode_row
 
 
 class AnswerCountingClient(OTSClient):
@@ -29,3 +33,17 @@ class AnswerCountingClient(OTSClient):
                 if answer.is_ok:
                     self.succeeded[(table, *listed[answer.index])] += 1
         return response
+
+    def send_raw(self, step):
+        """The model layer's own BatchWriteRow requests (``calls.Raw``), counted the same way."""
+        answer = rawclient.send(self, step.api, step.body)
+        if step.api != "BatchWriteRow":
+            return answer
+        request = pb.BatchWriteRowRequest.FromString(step.body)
+        response = pb.BatchWriteRowResponse.FromString(answer)
+        for entry, results in zip(request.tables, response.tables, strict=True):
+            for row, result in zip(entry.rows, results.rows, strict=True):
+                key = (entry.table_name, *(v for _, v in decode_row(row.row_change).primary_key))
+                self.sent[key] += 1
+                self.succeeded[key] += result.is_ok
+        return answer

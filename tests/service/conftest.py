@@ -47,16 +47,18 @@ class SkippedWaits:
 
 @pytest.fixture
 def retry_waits(monkeypatch):
-    """Retry back-off recorded, not slept: the SDK client's (which RETRY_POLICY times as in
-    production: 0.05 s doubling, 0.3 s for a busy server), the Rows' own and tsmigrate's for socket
-    errors. What is retried, and how often, is unchanged; only the waiting goes (a second or more
-    per test when the injected faults come in a row)."""
+    """Retry back-off recorded, not slept: the SDK client's and the requests the Rows encode
+    themselves (which RETRY_POLICY times as in production: 0.05 s doubling, 0.3 s for a busy
+    server), the Rows' own and tsmigrate's for socket errors. What is retried, and how often, is
+    unchanged; only the waiting goes (a second or more per test when the injected faults come
+    in a row)."""
     import tablestore.client
 
     import tsmigrate.retry
+    from tsmigrate import rawclient
     from tsmigrate.service import calls
 
     skipped = SkippedWaits()
-    for module in (tablestore.client, calls, tsmigrate.retry):
+    for module in (tablestore.client, rawclient, calls, tsmigrate.retry):
         monkeypatch.setattr(module, "time", skipped)
     return skipped.waits

@@ -6,6 +6,7 @@ import time
 import pytest
 from batching import AnswerCountingClient
 from service_models import FAST, Account, Reading, Tick
+from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.retry import RETRY_POLICY
@@ -39,13 +40,14 @@ def test_chunks_respect_row_and_byte_limits(client, ots_instance):
     counting = AnswerCountingClient(ots_instance.endpoint, ots_instance.access_key_id,
                                     ots_instance.access_key_secret, ots_instance.instance)
     sizes = []
-    original = counting.batch_write_row
+    original = counting.send_raw
 
-    def recording(request):
-        sizes.append(sum(len(e.row_items) for e in request.items.values()))
-        return original(request)
+    def recording(step):
+        request = pb.BatchWriteRowRequest.FromString(step.body)
+        sizes.append(sum(len(table.rows) for table in request.tables))
+        return original(step)
 
-    counting.batch_write_row = recording
+    counting.send_raw = recording
     rows = Rows(Reading, counting, retry=FAST)
     big = b"x" * 300_000  # 14 of these exceed the 4 MB request limit
     result = rows.batch_write(put=[Reading(device_id="d", ts=i, payload=big) for i in range(30)])

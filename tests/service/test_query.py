@@ -4,8 +4,9 @@ import pytest
 from service_models import FAST, Account, Event, Reading, Tick
 from tablestore import metadata as md
 
+from tsmigrate import rawclient
 from tsmigrate.local import rows as local_rows
-from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
+from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between, wire
 from tsmigrate.service.calls import stream
 from tsmigrate.service.query import Query, range_op
 
@@ -37,6 +38,23 @@ def test_columns_to_get_and_none_for_the_rest(readings):
     assert row.battery == 0 and row.serial is None and row.ts == 0
 
 
+class PageCounter:
+    """A client that counts the rows of each GetRange page it answers."""
+
+    def __init__(self, client):
+        self.client = client
+        self.pages = []
+
+    def send_raw(self, step):
+        answer = rawclient.send(self.client, step.api, step.body)
+        if step.api == "GetRange":
+            self.pages.append(len(wire.page(answer).rows))
+        return answer
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
 def test_filtered_query_returns_every_match_across_many_short_pages(readings, monkeypatch):
     # The server scans at most PAGE_ROWS rows per page when a filter is set (5,000, as the service
     # does: tests/local/test_server_rows.py), so the matches arrive over pages that are short or
@@ -46,21 +64,12 @@ def test_filtered_query_returns_every_match_across_many_short_pages(readings, mo
     readings.batch_write(put=(
         Reading(device_id="a", ts=i, battery=1 if i in (3, 4, 118) else 50)
         for i in range(120))).raise_for_failures()
-    calls = []
-
-    class Recording:
-        def __init__(self, client):
-            self.client = client
-
-        def get_range(self, *args, **kwargs):
-            result = self.client.get_range(*args, **kwargs)
-            calls.append(len(result[2]))
-            return result
-
     codec = readings.codec
+    recording = PageCounter(readings.client)
     query = Query.build(codec, {"device_id": "a", "filter": Attr("battery") < 10})
-    found = [r.ts for r in stream(Recording(readings.client), range_op(codec, query))]
+    found = [r.ts for r in stream(recording, range_op(codec, query))]
     assert found == [3, 4, 118]
+    calls = recording.pages
     assert len(calls) >= 3 and sum(calls) == 3  # several pages, short ones, the query went on
     # Through the public API too, and backward.
     assert [r.ts for r in readings.query(device_id="a", filter=Attr("battery") < 10,
@@ -75,16 +84,9 @@ def test_page_size_forces_short_pages_without_losing_rows(readings):
 
 def test_results_stream_lazily(readings, monkeypatch):
     _load(readings, "a", 30)
-    client = readings.client
-    pages = []  # the rows of every GetRange answer, in the order the query asked for them
-    real_get_range = client.get_range
-
-    def counting_get_range(*args, **kwargs):
-        result = real_get_range(*args, **kwargs)
-        pages.append(len(result[2]))
-        return result
-
-    monkeypatch.setattr(client, "get_range", counting_get_range)  # the client the Rows calls
+    recording = PageCounter(readings.client)
+    pages = recording.pages  # the rows of every GetRange answer, in the order asked for
+    monkeypatch.setattr(readings, "client", recording)
     it = readings.query(device_id="a", page_size=10)
     assert pages == []  # nothing is read before the first row is asked for
     assert next(it).ts == 0

@@ -28,7 +28,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from functools import partial
 from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -37,6 +36,7 @@ from tablestore import metadata as md
 
 from tsmigrate.model import Model
 from tsmigrate.retry import RETRY_POLICY, THROTTLING_CODES, TsmigrateRetryPolicy
+from tsmigrate.service import wire
 from tsmigrate.service.backoff import (
     RetryQueue,
     SendRate,
@@ -45,7 +45,7 @@ from tsmigrate.service.backoff import (
     delay,
     row_retryable,
 )
-from tsmigrate.service.calls import Call, Op, Sleep
+from tsmigrate.service.calls import Call, Op, Raw, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
@@ -146,8 +146,8 @@ def _size(cells: Sequence[Any]) -> int:
 
 
 class WriteItem:
-    __slots__ = ("action", "after", "attempts", "error", "guarded", "ident", "key", "request", "size",
-                 "source", "table", "token")
+    __slots__ = ("action", "after", "attempts", "encoded", "error", "guarded", "ident", "key",
+                 "request", "size", "source", "table", "token")
 
     def __init__(self, action: str, source: Any, table: str, key: list[tuple[str, Any]],
                  request: md.RowItem, cells: Sequence[Any], after: Any = None,
@@ -157,6 +157,7 @@ class WriteItem:
         self.table = table
         self.key = key
         self.request = request
+        self.encoded: bytes | None = None  # the request's row as sent (wire.batch_row), once built
         self.attempts = 0
         self.error = ("", "")  # the last retryable error, reported if retries run out
         self.after = after  # applied to the source row once written (a new version)
@@ -175,7 +176,6 @@ class WriteItem:
 
 
 _IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
-_INDEX = attrgetter("index")
 
 
 def raw_put(table: str, primary_key: list[tuple[str, Any]], cells: list[Any], source: Any = None
@@ -240,14 +240,35 @@ def _items(codec: ModelCodec, puts: Iterable[Model], updates: Iterable[Update],
                  map(partial(_delete_item, codec), deletes))
 
 
-def _write_request(chunk: list[WriteItem]) -> tuple[md.BatchWriteRowRequest, dict[str, list[WriteItem]]]:
+def _by_table(chunk: list[WriteItem]) -> dict[str, list[WriteItem]]:
     by_table: dict[str, list[WriteItem]] = {}
     for item in chunk:
         by_table.setdefault(item.table, []).append(item)
-    request = md.BatchWriteRowRequest()
-    for table, items in by_table.items():
-        request.add(md.TableInBatchWriteRowItem(table, [i.request for i in items]))
-    return request, by_table
+    return by_table
+
+
+def _encoded(items: list[WriteItem]) -> list[bytes]:
+    rows = []
+    for item in items:
+        encoded = item.encoded
+        if encoded is None:
+            encoded = item.encoded = wire.batch_row(item.request)
+        rows.append(encoded)
+    return rows
+
+
+def _write_step(by_table: dict[str, list[WriteItem]]) -> Raw:
+    """The BatchWriteRow of these rows, sent once (this loop retries): encoded here, or as the
+    SDK's request when a rewrite's phase has the routed client translate it."""
+
+    def sdk_request() -> md.BatchWriteRowRequest:
+        request = md.BatchWriteRowRequest()
+        for table, items in by_table.items():
+            request.add(md.TableInBatchWriteRowItem(table, [i.request for i in items]))
+        return request
+
+    body = wire.batch_write_request([(table, _encoded(items)) for table, items in by_table.items()])
+    return Raw("BatchWriteRow", body, tables=list(by_table), sdk_request=sdk_request, once=True)
 
 
 def write_op(
@@ -355,7 +376,7 @@ def write_items_op(
         pause = rate.wait(time.monotonic())
         if pause:
             yield Sleep(pause)
-        request, by_table = _write_request(chunk)
+        by_table = _by_table(chunk)
         again: list[WriteItem] = []
         throttled, refused = 0, False
         guard_failed: list[tuple[WriteItem, str]] = []
@@ -363,7 +384,7 @@ def write_items_op(
         try:
             # This loop retries, not the client: rows of a refused request back off while
             # other requests go, and only repeatable rows are sent again after a lost answer.
-            response = yield Call("batch_write_row", request, once=True)
+            response = yield _write_step(by_table)
         except Exception as exc:
             code, message = code_of(exc)
             if call_retryable(exc, True):
@@ -384,29 +405,25 @@ def write_items_op(
                 fail(chunk[0], code, message)
                 settled(chunk[0])
         else:
+            answers = wire.batch_answers(response, list(by_table))
             for table, items in by_table.items():
-                answers = (
-                    response.table_of_put.get(table, []) + response.table_of_update.get(table, [])
-                    + response.table_of_delete.get(table, [])
-                )
-                answers.sort(key=_INDEX)
-                for item, answer in zip(items, answers, strict=True):
+                for item, (ok, error_code, error_message) in zip(items, answers[table], strict=True):
                     item.attempts += 1
-                    if answer.is_ok:
+                    if ok:
                         result.written += 1
                         if item.after is not None and codec is not None:
                             row = item.source.target if item.action == "update" else item.source
                             row.__dict__[codec.version] = item.after
                         if retrying:
                             retrying.discard(item.ident)
-                    elif answer.error_code == CONDITION_FAILED and item.guarded:
-                        guard_failed.append((item, answer.error_message))
-                    elif row_retryable(answer.error_code, item.repeatable):
-                        item.error = (answer.error_code, answer.error_message)
+                    elif error_code == CONDITION_FAILED and item.guarded:
+                        guard_failed.append((item, error_message))
+                    elif row_retryable(error_code, item.repeatable):
+                        item.error = (error_code, error_message)
                         again.append(item)
-                        throttled += answer.error_code in _THROTTLED
+                        throttled += error_code in _THROTTLED
                     else:
-                        fail(item, answer.error_code, answer.error_message)
+                        fail(item, error_code, error_message)
                         settled(item)
         now = time.monotonic()
         rate.answered(len(chunk), throttled, sent_at, now, refused)

@@ -1,7 +1,8 @@
 """One definition of every operation, two ways to run it (sync and asyncio).
 
 Operations are generators that *yield* what they need done (``Call``: a method of the SDK
-client; ``Sleep``: a backoff pause; ``Emit``: rows for the caller) and receive the result (or
+client; ``Raw``: a request the operation encoded itself, answered by the response's bytes;
+``Sleep``: a backoff pause; ``Emit``: rows for the caller) and receive the result (or
 the exception) back. ``run`` / ``stream`` drive them on an ``OTSClient``; ``arun`` / ``astream``
 on an ``AsyncOTSClient``. So paging, retries and conditions are written once, and the sync and
 asyncio APIs cannot drift apart.
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
 from itertools import chain
 from typing import Any, TypeVar
 
+from tsmigrate import rawclient
 from tsmigrate.retry import SINGLE_ATTEMPT
 
 T = TypeVar("T")
@@ -49,6 +51,59 @@ async def _acall(client: Any, step: Call) -> Any:
     token = SINGLE_ATTEMPT.set(True)
     try:
         return await getattr(client, step.method)(*step.args, **step.kwargs)
+    finally:
+        SINGLE_ATTEMPT.reset(token)
+
+
+class Raw:
+    """Send ``body``, a request of the SDK's API ``api`` encoded by the operation (its rows'
+    PlainBuffer is the cost of the SDK's pure-Python codec), and hand back the answer's bytes.
+    ``tables``: the tables it writes, for a routed client (``routed.RoutedClient.send_raw``),
+    which may send ``sdk_request()`` instead, the same request as the SDK's objects (the answer
+    is then the SDK's too)."""
+
+    __slots__ = ("api", "body", "once", "sdk_request", "tables")
+
+    def __init__(self, api: str, body: bytes, *, tables: Iterable[str] = (),
+                 sdk_request: Callable[[], Any] | None = None, once: bool = False):
+        self.api = api
+        self.body = body
+        self.tables = tables
+        self.sdk_request = sdk_request
+        self.once = once
+
+
+def send_raw(client: Any, step: Raw) -> Any:
+    """Send ``step`` through the client's own ``send_raw`` if it has one (a routed client, a
+    wrapper), else as the SDK client sends its requests (``rawclient.send``)."""
+    own = getattr(client, "send_raw", None)
+    return own(step) if own is not None else rawclient.send(client, step.api, step.body)
+
+
+async def asend_raw(client: Any, step: Raw) -> Any:
+    """``send_raw`` on an ``AsyncOTSClient`` (its wrappers' own: ``asend_raw``)."""
+    own = getattr(client, "asend_raw", None)
+    if own is not None:
+        return await own(step)
+    return await rawclient.asend(client, step.api, step.body)
+
+
+def _raw(client: Any, step: Raw) -> Any:
+    if not step.once:
+        return send_raw(client, step)
+    token = SINGLE_ATTEMPT.set(True)
+    try:
+        return send_raw(client, step)
+    finally:
+        SINGLE_ATTEMPT.reset(token)
+
+
+async def _araw(client: Any, step: Raw) -> Any:
+    if not step.once:
+        return await asend_raw(client, step)
+    token = SINGLE_ATTEMPT.set(True)
+    try:
+        return await asend_raw(client, step)
     finally:
         SINGLE_ATTEMPT.reset(token)
 
@@ -90,6 +145,11 @@ def run(client: Any, op: Op[T]) -> T:
                 send = _call(client, step)
             except Exception as exc:  # handed to the operation, which decides
                 error = exc
+        elif type(step) is Raw:
+            try:
+                send = _raw(client, step)
+            except Exception as exc:
+                error = exc
         elif type(step) is Sleep:
             time.sleep(step.seconds)
         else:
@@ -118,6 +178,11 @@ def _pages(client: Any, op: Op[None]) -> Iterator[list[Any]]:
                 send = _call(client, step)
             except Exception as exc:
                 error = exc
+        elif type(step) is Raw:
+            try:
+                send = _raw(client, step)
+            except Exception as exc:
+                error = exc
         elif type(step) is Emit:
             yield step.items
         else:
@@ -139,6 +204,11 @@ async def arun(client: Any, op: Op[T]) -> T:
                 send = await _acall(client, step)
             except Exception as exc:
                 error = exc
+        elif type(step) is Raw:
+            try:
+                send = await _araw(client, step)
+            except Exception as exc:
+                error = exc
         elif type(step) is Sleep:
             await asyncio.sleep(step.seconds)
         else:
@@ -158,6 +228,11 @@ async def astream(client: Any, op: Op[None]) -> AsyncIterator[Any]:
         if type(step) is Call:
             try:
                 send = await _acall(client, step)
+            except Exception as exc:
+                error = exc
+        elif type(step) is Raw:
+            try:
+                send = await _araw(client, step)
             except Exception as exc:
                 error = exc
         elif type(step) is Emit:

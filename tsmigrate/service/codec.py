@@ -11,7 +11,7 @@ takes an int as the same number; ``datetime`` fields are epoch milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from tsmigrate import schema
@@ -115,8 +115,8 @@ class ModelCodec:
         self.search_indexes = sorted(
             d.index_name or d.name for d in model._declared(SearchIndex)
         )
-        # A model from one of the SDK's ``Row`` objects of a GetRange page.
-        self.row_model: rowmodels.RowModel = self._converted_row_model
+        # A model from a row of a GetRange page (``wire.page``: key cells, attribute cells).
+        self.row_model: rowmodels.RowModel = self.to_model
         if not (self.renamed or self.read_converts):
             self.row_model = rowmodels.full_row(
                 model, [k.column for k in self.key_columns], [f.column for f in self.attributes],
@@ -235,13 +235,6 @@ class ModelCodec:
         row = self._new(self.model)
         row.__dict__ = values
         return row
-
-    def _converted_row_model(self, row: Any) -> Model:
-        """``row_model`` of a model with renamed or converted fields: ``to_model``."""
-        return self.to_model(row.primary_key, row.attribute_columns)
-
-    def to_models(self, rows: Iterable[Any]) -> list[Model]:
-        return list(map(self.row_model, rows))
 
     def _python(self, field: Field, value: Any) -> Any:
         if type(value) is bytearray:

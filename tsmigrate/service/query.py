@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from itertools import product
+from itertools import product, starmap
 from typing import Any
 
 import attrs
@@ -28,8 +28,8 @@ from tablestore import metadata as md
 from tsmigrate.errors import KeyDerivationError
 from tsmigrate.keys import Concat, Descending, TimeBucket
 from tsmigrate.model import Column, Model
-from tsmigrate.service import batch
-from tsmigrate.service.calls import Call, Emit, Op
+from tsmigrate.service import batch, wire
+from tsmigrate.service.calls import Call, Emit, Op, Raw
 from tsmigrate.service.codec import KeyColumn, ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import QueryError
@@ -387,14 +387,14 @@ class ReadPlan:
     """What every GetRange of a query asks for, worked out once per query."""
 
     columns: list[str] | None
-    condition: Any
+    filter_bytes: bytes | None  # the filter as GetRange sends it
     hidden: tuple[str, ...]  # fields read only so that the filter sees them; not returned
 
     @classmethod
     def of(cls, codec: ModelCodec, query: Query) -> ReadPlan:
-        condition = sdk_condition(query.filter, codec)
+        filter_bytes = wire.column_filter(sdk_condition(query.filter, codec))
         if query.columns is None:
-            return cls(None, condition, ())
+            return cls(None, filter_bytes, ())
         # The key columns too: a merge orders rows by them, and a row is not a row without them.
         columns = [k.column for k in query.key_columns]
         columns += [c for c in (codec.field(n).column for n in query.columns) if c not in columns]
@@ -405,27 +405,28 @@ class ReadPlan:
             if column not in columns:
                 columns.append(column)
                 hidden.append(name)
-        return cls(columns, condition, tuple(hidden))
+        return cls(columns, filter_bytes, tuple(hidden))
 
 
-def _read_page(cursor: Cursor, read: ReadPlan, page: int | None) -> Op[list[Any]]:
-    """The SDK rows of the cursor's next GetRange page (maybe empty, with more to come)."""
+def _read_page(cursor: Cursor, read: ReadPlan, page: int | None) -> Op[list[wire.Row]]:
+    """The rows of the cursor's next GetRange page (maybe none, with more to come)."""
     segment = cursor.segments[0]
-    _, next_start, rows, _ = yield Call(
-        "get_range", cursor.table,
-        md.Direction.BACKWARD if segment.backward else md.Direction.FORWARD,
-        cursor.start, segment.end, read.columns, page, read.condition, 1,
-    )
+    answer = yield Raw("GetRange", wire.get_range_request(
+        cursor.table, segment.backward, cursor.start, segment.end, read.columns, page,
+        read.filter_bytes))
+    found = wire.page(answer)
+    rows = found.rows
     if cursor.skip is not None and rows:
-        if rows[0].primary_key == cursor.skip:
+        if rows[0][0] == cursor.skip:
             rows = rows[1:]
         cursor.skip = None
-    cursor.advance(next_start)
+    cursor.advance(found.next_start)
     return rows
 
 
-def _page_models(codec: ModelCodec, rows: list[Any], query: Query, read: ReadPlan) -> Op[list[Model]]:
-    models = codec.to_models(rows)
+def _page_models(codec: ModelCodec, rows: list[wire.Row], query: Query,
+                 read: ReadPlan) -> Op[list[Model]]:
+    models = list(starmap(codec.row_model, rows))
     if query.fetch_missing and models:
         models = yield from _complete(codec, models, query)
     for name in read.hidden:
@@ -483,8 +484,8 @@ def range_op(codec: ModelCodec, query: Query) -> Op[None]:
         return
     cursor = cursors[0]
     remaining = query.limit
-    # Models are made as the caller takes them (map): a page of them never lives at once, which
-    # spares the garbage collector most of its work on large results.
+    # Models are made as the caller takes them (starmap): a page of them never lives at once,
+    # which spares the garbage collector most of its work on large results.
     lazy = not query.fetch_missing and not read.hidden
     while not cursor.done:
         page = query.page_size
@@ -495,7 +496,7 @@ def range_op(codec: ModelCodec, query: Query) -> Op[None]:
             rows = rows[:remaining]
             remaining -= len(rows)
         if rows and lazy:
-            yield Emit(map(codec.row_model, rows))
+            yield Emit(starmap(codec.row_model, rows))
         elif rows:
             yield Emit((yield from _page_models(codec, rows, query, read)))
         if remaining == 0:

@@ -1,5 +1,6 @@
-"""Model instances from the SDK's rows of a GetRange page, for a model whose fields are its
-columns and need no converting (``ModelCodec.row_model``; the others go through ``to_model``).
+"""Model instances from the rows of a GetRange page, ``(key, cells)`` as the SDK's parser gives
+them (``wire.page``), for a model whose fields are its columns and need no converting
+(``ModelCodec.row_model``; the others go through ``to_model``).
 
 This runs for every row a query returns, and a query's cost over the SDK's own is mostly this
 (issue #25: client CPU per row at most 1.10x the SDK's). Two paths:
@@ -20,7 +21,7 @@ from typing import Any
 
 from tsmigrate.model import Model
 
-RowModel = Callable[[Any], Model]
+RowModel = Callable[[Any, Any], Model]  # (key cells, attribute cells) -> model
 
 
 def any_row(model: type[Model], field_names: frozenset[str]) -> RowModel:
@@ -28,9 +29,9 @@ def any_row(model: type[Model], field_names: frozenset[str]) -> RowModel:
     new = object.__new__
     known = field_names.issuperset
 
-    def row_model(row: Any) -> Model:
-        values = dict(row.primary_key)
-        for name, value, _ in row.attribute_columns:  # the SDK's cells: (name, value, timestamp)
+    def row_model(key: Any, cells: Any) -> Model:
+        values = dict(key)
+        for name, value, _ in cells:  # the SDK's cells: (name, value, timestamp)
             values[name] = value
         if not known(values):
             for name in values.keys() - field_names:
@@ -50,19 +51,19 @@ def full_row(model: type[Model], key: Sequence[str], attributes: Sequence[str],
     unpack_key = "".join(f"(n{i}, v{i}), " for i in range(len(key)))
     unpack_cells = "".join(f"(n{i}, v{i}, _), " for i in range(len(key), len(columns)))
     lines = [
-        "def row_model(row):",
+        "def row_model(key, cells):",
         # Unpacking checks the shape at no cost when it fits (exceptions cost only when raised).
         "    try:",
-        f"        {unpack_key}= row.primary_key",
-        f"        {unpack_cells or '[] '}= row.attribute_columns",
+        f"        {unpack_key}= key",
+        f"        {unpack_cells or '[] '}= cells",
         "    except (TypeError, ValueError):",
-        "        return other(row)",
+        "        return other(key, cells)",
         # Names compared as the interpreter compares strings (equal contents), never hashed.
         f"    if {' and '.join(f'n{i} == {c!r}' for i, c in enumerate(columns))}:",
         "        instance = new(model)",
         f"        instance.__dict__ = {{{', '.join(f'{c!r}: v{i}' for i, c in enumerate(columns))}}}",
         "        return instance",
-        "    return other(row)",
+        "    return other(key, cells)",
     ]
     namespace: dict[str, Any] = {"new": object.__new__, "model": model, "other": other}
     exec(compile("\n".join(lines), f"<row_model of {model.__name__}>", "exec"), namespace)
