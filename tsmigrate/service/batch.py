@@ -71,6 +71,15 @@ _MOST_WAITING = 10 * WRITE_ROWS
 _BYTES_BUDGET = int(WRITE_BYTES * 0.9)
 
 
+def _ident(table: str, key: Sequence[tuple[str, Any]]) -> tuple[Any, ...]:
+    ident = (table, *key)
+    try:
+        hash(ident)
+    except TypeError:  # a BINARY key value is a bytearray, as the SDK sends it
+        ident = (table, *((n, bytes(v) if isinstance(v, bytearray) else v) for n, v in key))
+    return ident
+
+
 @attrs.frozen
 class Update:
     """One row of a batch update: the row (or its key fields) and the changes."""
@@ -162,7 +171,7 @@ class WriteItem:
         self.error = ("", "")  # the last retryable error, reported if retries run out
         self.after = after  # applied to the source row once written (a new version)
         self.size = 16 + _size(key) + _size(cells)
-        self.ident = (table, *key)  # the row's table and key: one write per key at a time
+        self.ident = _ident(table, key)  # the row's table and key: one write per key at a time
         # A version-guarded write: its token (put, update; None for a delete) tells whether a
         # failed guard is this row's own earlier attempt, whose answer was lost.
         self.guarded = guarded or token is not None

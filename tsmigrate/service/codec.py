@@ -47,7 +47,8 @@ _EXACT: dict[str, frozenset[type]] = {
     schema.STRING: frozenset({str}),
     schema.DOUBLE: frozenset({float}),
     schema.BOOLEAN: frozenset({bool}),
-    schema.BINARY: frozenset({bytes, bytearray}),
+    # Only a bytearray: the SDK writes ``bytes`` as a STRING cell (``stored`` converts them).
+    schema.BINARY: frozenset({bytearray}),
 }
 
 
@@ -145,6 +146,8 @@ class ModelCodec:
             )
         if field.type == schema.DOUBLE and type(value) is int:
             return float(value)
+        if field.type == schema.BINARY and not isinstance(value, bytearray):
+            return bytearray(value)  # the SDK (and service/wire.py) types bytes as STRING
         if field.type == schema.INTEGER and not INT64_MIN <= value <= INT64_MAX:
             raise RowValueError(
                 f"{self.name}.{field.name} = {value} does not fit Tablestore's 64-bit integers "
