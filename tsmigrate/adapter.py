@@ -23,6 +23,7 @@ from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import ops, retry
+from tsmigrate.archive import archive_location, archive_table, verify_archive
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import (
@@ -450,7 +451,6 @@ def _update_search_ttl(client: ts.OTSClient, step: ops.UpdateSearchIndexTTL) -> 
 def _retire_table(client: ts.OTSClient, step: ops.RetireTable) -> None:
     """Archive every row (cell timestamps included), check the archive reads back whole, drop."""
     from tsmigrate import pipeprogress
-    from tsmigrate.service.family import archive_location, archive_table, verify_archive
 
     location = archive_location(step.archive, step.table)
     pipe = pipeprogress.for_stderr(f"archive {step.table}")  # a deploy log hears a long archive

@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 
 from tsmigrate import adapter, ops
-from tsmigrate.errors import ApplyRefused, TsmigrateError
+from tsmigrate.errors import ApplyRefused, StepFailed, TsmigrateError
 from tsmigrate.history import Entry
 from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
 from tsmigrate.plan import Plan, make_plan, recorded_catalog, with_known_derivations
@@ -44,7 +44,7 @@ class LintRefused(ApplyRefused):
     exit_code = 3
 
 
-class ApplyFailed(TsmigrateError):
+class ApplyFailed(StepFailed):
     """A step failed or the run was interrupted midway: says which step, what was done before
     it, and that running apply again continues from the live state."""
 
@@ -67,6 +67,9 @@ class ApplyFailed(TsmigrateError):
     @property
     def done(self) -> list[ops.Step]:
         return list(self.plan.steps[: self.number - 1])
+
+    def with_cause(self, cause: str) -> ApplyFailed:
+        return type(self)(self.plan, self.number, cause, interrupted=self.interrupted)
 
 
 class ApplyInterrupted(ApplyFailed):

@@ -7,7 +7,6 @@ of a correct value, so a typo such as ``modles`` fails loudly instead of being i
 
 from __future__ import annotations
 
-import difflib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.errors import ConfigError
+from tsmigrate.errors import ConfigError, unknown_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,12 +53,6 @@ def find_pyproject(start: Path) -> Path | None:
 # --- validation of [tool.tsmigrate] --------------------------------------------------------------
 
 Check = Callable[[str, Any], list[str]]
-
-
-def did_you_mean(key: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"{hint}known: {', '.join(known)}"
 
 
 def _module_list(key: str, value: Any) -> list[str]:
@@ -127,12 +120,6 @@ SECTIONS: dict[str, Check] = {
     "lint": _lint,
     "targets": _targets,
 }
-
-
-def unknown_keys(where: str, table: Mapping[str, Any], known: Sequence[str]) -> list[str]:
-    """A problem per key of ``table`` not in ``known``, with the closest known one."""
-    return [f"{where}: unknown key {key!r}; {did_you_mean(key, known)}"
-            for key in table if key not in known]
 
 
 def validate_settings(settings: Any, source: str = "[tool.tsmigrate]") -> None:

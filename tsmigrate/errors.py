@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -58,3 +60,29 @@ class ConfigError(TsmigrateError):
 
 class ApplyRefused(TsmigrateError):
     """Apply will not run this plan (and changed nothing)."""
+
+
+class StepFailed(TsmigrateError):
+    """A run failed at one of its steps; ``cause`` says why. Kept here, below the engine, so
+    that code that knows a better cause (the embedded instance's full disk) can restate it."""
+
+    cause: str
+
+    def with_cause(self, cause: str) -> StepFailed:
+        """The same failure, with ``cause`` as its reason."""
+        raise NotImplementedError
+
+
+# Phrasing helpers for configuration errors, shared by config and lint (below both).
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}known: {', '.join(known)}"
+
+
+def unknown_keys(where: str, table: Mapping[str, Any], known: Sequence[str]) -> list[str]:
+    """A problem per key of ``table`` not in ``known``, with the closest known one."""
+    return [f"{where}: unknown key {key!r}; {did_you_mean(key, known)}"
+            for key in table if key not in known]

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from tsmigrate.config import Project
-from tsmigrate.errors import ConfigError, TsmigrateError
+from tsmigrate.errors import ConfigError, StepFailed, TsmigrateError
 from tsmigrate.pacing import paced
 
 LOCAL_DATA = Path(".tsmigrate") / "local"
@@ -160,12 +160,9 @@ class LocalDataUnwritable(TsmigrateError):
 def _disk_error(exc: Exception, failure: str) -> TsmigrateError:
     """What a command that failed on the embedded instance's full disk reports: one line naming
     the disk; a failed apply keeps saying which step failed and what was done before it."""
-    from tsmigrate.apply import ApplyFailed
-
-    if isinstance(exc, ApplyFailed):
+    if isinstance(exc, StepFailed):
         # The server's answer ("Server is busy.") says nothing the disk's message does not.
-        cause = failure if "OTSServerBusy" in exc.cause else f"{exc.cause} ({failure})"
-        return type(exc)(exc.plan, exc.number, cause, interrupted=exc.interrupted)
+        return exc.with_cause(failure if "OTSServerBusy" in exc.cause else f"{exc.cause} ({failure})")
     return LocalDataUnwritable(failure)
 
 

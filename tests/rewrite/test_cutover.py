@@ -15,7 +15,7 @@ import tablestore as ts
 from cutover_tables import Counter, CounterV2
 
 from tsmigrate.rawclient import RawClient
-from tsmigrate.rewrite import cutover, driver, machine
+from tsmigrate.rewrite import cutover, driver, machine, reverse
 from tsmigrate.service import Rows, routing
 
 
@@ -225,11 +225,11 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     assert _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq").returncode == 0
     routing.clear()
     Rows(Counter, ots_instance.client()).put(Counter(device="d2", seq=2, count=2))  # a service
-    assert [c["table"] for c in cutover.clients(ots_instance.client(), "counters_by_seq")] == ["counters"]
+    assert [c["table"] for c in reverse.clients(ots_instance.client(), "counters_by_seq")] == ["counters"]
     done = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
     assert done.returncode == 0, done.stderr
     assert "reverse capture stopped" in done.stdout
-    assert cutover.clients(ots_instance.client(), "counters_by_seq") == []  # heartbeats removed
+    assert reverse.clients(ots_instance.client(), "counters_by_seq") == []  # heartbeats removed
     assert not RawClient(ots_instance.client()).describe_table("counters_by_seq").stream_details.enable_stream
     assert _cli(tmp_path, ots_instance, "plan", "--detailed-exitcode").returncode == 0
     assert machine.load(ots_instance.client(), "counters_by_seq").phase == machine.DONE

@@ -183,7 +183,8 @@ def test_family_declaration_problems_are_reported():
 
 def test_archive_to_an_fsspec_url_and_restore_with_old_timestamps(ots_instance, family):
     from tsmigrate.adapter import inspect_table
-    from tsmigrate.service.family import archive_table, restore_archive
+    from tsmigrate.archive import archive_table
+    from tsmigrate.service.restore import restore_archive
 
     client = ots_instance.client()
     create_tables(client, [family], now=SEP)

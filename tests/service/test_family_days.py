@@ -15,7 +15,7 @@ from tsmigrate.apply import apply
 from tsmigrate.families import Monthly
 from tsmigrate.model import compile_models
 from tsmigrate.service import QueryError, Range, Rows, RowValueError, create_tables
-from tsmigrate.service.family import restore_archive
+from tsmigrate.service.restore import restore_archive
 
 SEP = datetime(2026, 9, 15, tzinfo=timezone.utc)
 MONTHS = ("202609", "202610", "202611")

@@ -33,7 +33,7 @@ def restore(source, project, target_name, endpoint, instance, table_name):
     from tsmigrate import adapter
     from tsmigrate.config import load_project
     from tsmigrate.pipeprogress import PipeProgress
-    from tsmigrate.service.family import restore_archive
+    from tsmigrate.service.restore import restore_archive
     from tsmigrate.target import connect, resolve_target
 
     proj = load_project(Path(project) if project else None)

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.errors import ConfigError
+from tsmigrate.errors import ConfigError, did_you_mean, unknown_keys
 from tsmigrate.schema import Catalog, Table
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -93,8 +93,6 @@ def rule(code: str, severity: str, title: str) -> Callable[[Check], Check]:
 
 def settings_problems(key: str, settings: Any) -> list[str]:
     """What is wrong with a ``[tool.tsmigrate.lint]`` table (``key`` names it in messages)."""
-    from tsmigrate.config import did_you_mean, unknown_keys
-
     if not isinstance(settings, Mapping):
         return [f"[{key}] must be a table, got {settings!r}; example:\n"
                 f'    [{key}]\n    severity = {{"TS-PK303" = "error"}}\n    disable = ["TS-PK305"]']

@@ -21,7 +21,7 @@ import attrs
 
 from tsmigrate import ops
 from tsmigrate.plan import Plan
-from tsmigrate.rewrite import machine, prepare
+from tsmigrate.rewrite import machine
 from tsmigrate.schema import Catalog, StreamSpec, Table, physical
 from tsmigrate.validate import MAX_STREAM_HOURS
 
@@ -88,8 +88,9 @@ def stated(size_bytes: int, rate_mb_s: float) -> Projection:
 
 def stream_after_prepare(stream: StreamSpec) -> StreamSpec:
     """The source's stream as prepare leaves it: an existing stream keeps its expiration, a
-    stream that is off is turned on for ``prepare.STREAM_HOURS``."""
-    return stream if stream.enabled else StreamSpec(True, prepare.STREAM_HOURS)
+    stream that is off is turned on for the longest the service keeps records, as prepare
+    does."""
+    return stream if stream.enabled else StreamSpec(True, MAX_STREAM_HOURS)
 
 
 def check_stream(source: str, target: str, projection: Projection, stream: StreamSpec,

@@ -24,23 +24,18 @@ phase names.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import attrs
-
-from tsmigrate import adapter
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import machine, prepare
 from tsmigrate.rewrite.job import RewriteJob
+from tsmigrate.rewrite.reverse import live_clients, make_reverse_capture, save_reverse
 from tsmigrate.service import routing
-from tsmigrate.state import STATE_TABLE
 
 FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
-LIVE_S = 60.0  # heartbeats this recent are listed (status) as processes routing the rewrite
 # A process's heartbeat is written at each read of the state: one older than its lease by more
 # than this (clocks of two hosts may disagree) belongs to a process that cannot write unseen.
 SKEW_S = 5.0
@@ -51,54 +46,6 @@ Report = Callable[[str, dict[str, Any]], None]
 
 class WrongSideWrites(machine.RewriteError):
     """Rows of the target were written before the switch by something other than capture."""
-
-
-def clients(client: Any, target: str) -> list[dict[str, Any]]:
-    """The heartbeat rows of processes routing the rewrite into ``target``."""
-    with contextlib.suppress(Exception):
-        rows = adapter.scan_prefix(client, STATE_TABLE, ("kind", routing.CLIENT_KIND), "id")
-        return [{"id": str(key).partition("/")[2], **columns} for key, columns in rows
-                if str(key).startswith(f"{target}/")]
-    return []
-
-
-def forget_clients(client: Any, target: str) -> None:
-    """Remove the heartbeat rows of an ended rewrite (finish, abort): nothing waits for them."""
-    for row in clients(client, target):
-        with contextlib.suppress(Exception):
-            adapter.delete_row(client, STATE_TABLE,
-                               [("kind", routing.CLIENT_KIND), ("id", f"{target}/{row['id']}")])
-
-
-def live_clients(client: Any, target: str) -> list[dict[str, Any]]:
-    now = machine.now_ms()
-    return [c for c in clients(client, target) if now - int(c.get("at_ms", 0)) < LIVE_S * 1000]
-
-
-# --- reverse capture: the target's changes applied to the source ------------------------------
-
-
-def reverse_job(job: RewriteJob) -> RewriteJob:
-    return RewriteJob(id=f"{job.id}-reverse", source=job.target, target=job.source,
-                      created_ms=job.created_ms)
-
-
-def make_reverse_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
-    from tsmigrate.rewrite import transform, writer
-    from tsmigrate.rewrite.driver import job_of
-
-    job = reverse_job(job_of(rewrite))
-    return capture_mod.Capture(
-        client, job, transform.RowTransform.build(job.source, job.target,
-                                                  default_timestamp=job.created_ms),
-        rewrite.doc["reverse_capture"], split_of=lambda _key: 0, split_done=lambda _index: True,
-        writer=writer, touched=None,
-    )
-
-
-def save_reverse(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> machine.Rewrite:
-    return runner.save(reverse_capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
-                       reverse_stats=attrs.asdict(capture.stats), **extra)
 
 
 def enable_target_stream(client: Any, runner: machine.Runner, job: RewriteJob) -> None:

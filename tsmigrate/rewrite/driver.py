@@ -29,7 +29,7 @@ import tablestore as ts
 
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import copy, machine, prepare
+from tsmigrate.rewrite import copy, machine, prepare, reverse
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.progress import next_step
 
@@ -391,8 +391,6 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
     source once switched. A switch, revert or finish asks for the lease: follow hands it over,
     waits for the fence to come down, and goes on in the direction the phase then names.
     ``stop``: set by another thread to end it (a process that embeds follow)."""
-    from tsmigrate.rewrite import cutover
-
     deadline = None if seconds is None else time.monotonic() + seconds
 
     def over() -> bool:
@@ -406,7 +404,7 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
         if phase == machine.READY:
             _follow(runner, make_capture(client, runner.rewrite), _save_capture, over, report)
         elif phase == machine.SWITCHED:
-            _follow(runner, cutover.make_reverse_capture(client, runner.rewrite), cutover.save_reverse,
+            _follow(runner, reverse.make_reverse_capture(client, runner.rewrite), reverse.save_reverse,
                     over, report)
         if over():
             return
@@ -530,20 +528,16 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
         drop_table(client, job.source.name)
     done = runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
                        source_dropped=allow_destructive)
-    from tsmigrate.rewrite import cutover
-
-    cutover.forget_clients(client, done.target)
+    reverse.forget_clients(client, done.target)
     return done
 
 
 def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
     """Apply the target's last changes to the old table, which readers may still read."""
-    from tsmigrate.rewrite import cutover
-
-    capture = cutover.make_reverse_capture(client, runner.rewrite)
+    capture = reverse.make_reverse_capture(client, runner.rewrite)
     while True:
         capture.step()
-        cutover.save_reverse(runner, capture)
+        reverse.save_reverse(runner, capture)
         report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
         if capture.stats.caught_up:
             return
@@ -595,7 +589,5 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
 
     checkpoints.clear(client, job.id)
     aborted = runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())
-    from tsmigrate.rewrite import cutover
-
-    cutover.forget_clients(client, aborted.target)
+    reverse.forget_clients(client, aborted.target)
     return aborted

@@ -30,13 +30,14 @@ from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import NO_TTL, StreamSpec, Table
+from tsmigrate.validate import MAX_STREAM_HOURS
 
 if TYPE_CHECKING:
     from tsmigrate.rewrite.copy import Sample
     from tsmigrate.rewrite.cost import Projection
     from tsmigrate.rewrite.splits import Split
 
-STREAM_HOURS = 168  # the longest the service keeps records: room for a long backfill
+STREAM_HOURS = MAX_STREAM_HOURS  # the longest the service keeps records: room for a long backfill
 MAX_DEVIATION_S = (2**63 - 1) // 1_000_000  # the service's upper bound
 SAMPLE_ROWS = 200
 

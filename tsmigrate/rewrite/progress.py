@@ -16,7 +16,7 @@ from rich.progress import (
 )
 
 from tsmigrate.pipeprogress import clock
-from tsmigrate.rewrite import machine
+from tsmigrate.rewrite import machine, reverse
 from tsmigrate.state import StateRowError
 
 NEXT_STEP = {
@@ -140,13 +140,11 @@ def _runner_alive(rewrite: machine.Rewrite) -> bool:
 
 def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
     """Processes routing this rewrite (heartbeats of the last minute): where each writes."""
-    from tsmigrate.rewrite import cutover
-
     if not rewrite.active:
         return []
     return [{"host": c.get("host"), "pid": c.get("pid"), "table": c.get("table"),
              "side": c.get("side"), "phase": c.get("phase"), "seen": _when(c.get("at_ms"))}
-            for c in cutover.live_clients(client, rewrite.target)]
+            for c in reverse.live_clients(client, rewrite.target)]
 
 
 def _when(ms: Any) -> str | None:

@@ -15,10 +15,9 @@ from tsmigrate.model import Model
 from tsmigrate.retry import TsmigrateRetryPolicy
 from tsmigrate.service import batch, query, rows
 from tsmigrate.service.backoff import policy_for
-from tsmigrate.service.calls import arun, astream
+from tsmigrate.service.calls import Progress, arun, astream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
-from tsmigrate.service.family import Progress
 from tsmigrate.service.routed import routed
 from tsmigrate.service.rows import Key
 

@@ -45,11 +45,10 @@ from tsmigrate.service.backoff import (
     delay,
     row_retryable,
 )
-from tsmigrate.service.calls import Call, Op, Raw, Sleep
+from tsmigrate.service.calls import Call, Op, Progress, Raw, Sleep
 from tsmigrate.service.codec import ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import BatchError
-from tsmigrate.service.family import Progress
 from tsmigrate.service.rows import (
     CONDITION_FAILED,
     RowTarget,

@@ -20,6 +20,7 @@ from tsmigrate import rawclient
 from tsmigrate.retry import SINGLE_ATTEMPT
 
 T = TypeVar("T")
+Progress = Callable[[int, "int | None"], None]  # (rows so far, total if known): batch_write's callback
 
 
 class Call:

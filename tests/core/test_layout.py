@@ -1,0 +1,51 @@
+"""The package's shape: no import cycles among tsmigrate's modules (tools/import_cycles.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "import_cycles.py"
+
+
+def _cycles_module():
+    spec = importlib.util.spec_from_file_location("import_cycles", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_script_finds_no_import_cycle_in_tsmigrate():
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_the_script_sees_lazy_imports_and_reports_each_cycle(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def later():\n    from pkg import a\n")
+    (package / "c.py").write_text("from . import a\n")
+    found = subprocess.run([sys.executable, str(SCRIPT), str(package)], capture_output=True,
+                           text=True, timeout=60)
+    assert found.returncode == 1
+    assert found.stdout.splitlines() == ["cycle: pkg.a, pkg.sub.b", "  pkg.a -> pkg.sub.b",
+                                         "  pkg.sub.b -> pkg.a"]
+
+
+def test_relative_imports_resolve_from_modules_and_packages(tmp_path):
+    cycles = _cycles_module()
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from .sub import b\n")
+    (package / "sub" / "__init__.py").write_text("from . import b\n")
+    (package / "sub" / "b.py").write_text("from .. import c\nfrom ..sub import b\n")
+    (package / "c.py").write_text("")
+    assert cycles.import_graph(package) == {
+        "pkg": {"pkg.sub.b"}, "pkg.sub": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.c"}, "pkg.c": set(),
+    }
