@@ -26,7 +26,7 @@ logging.getLogger("tablestore").addHandler(logging.NullHandler())
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
 from tsmigrate import Column, Model, PrimaryKey  # noqa: E402
-from tsmigrate.apply import apply  # noqa: E402
+from tsmigrate.apply import ApplyOptions, apply  # noqa: E402
 from tsmigrate.model import compile_models  # noqa: E402
 from tsmigrate.rewrite import cutover, driver, machine  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec  # noqa: E402
@@ -67,8 +67,9 @@ def main() -> None:
         client = spec.client()
         apply(client, compile_models([Counter]), target_identity="bench")
         Rows(Counter, client).batch_write(put=(Counter(**_key(i), count=0) for i in range(args.rows)))
-        apply(client, compile_models([CounterV2]), target_identity="bench",
-              rewrite_settings=RewriteSettings(options=driver.RunOptions(workers=2), spec=spec))
+        apply(client, compile_models([CounterV2]),
+              ApplyOptions(rewrite=RewriteSettings(options=driver.RunOptions(workers=2), spec=spec)),
+              target_identity="bench")
         target = CounterV2.table_name()
 
         stop = threading.Event()

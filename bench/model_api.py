@@ -81,7 +81,7 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
     per lease) against Rows that never route, same table, interleaved blocks."""
     import os
 
-    from tsmigrate.apply import apply
+    from tsmigrate.apply import ApplyOptions, apply
     from tsmigrate.model import compile_models
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.job import ConnectionSpec
@@ -90,8 +90,9 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
     os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_ID", AK_ID)
     os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_SECRET", AK_SECRET)
     spec = ConnectionSpec(endpoint, INSTANCE)
-    apply(client, compile_models([BenchRowV2]), target_identity="bench",
-          rewrite_settings=RewriteSettings(options=driver.RunOptions(workers=2), spec=spec))
+    apply(client, compile_models([BenchRowV2]),
+          ApplyOptions(rewrite=RewriteSettings(options=driver.RunOptions(workers=2), spec=spec)),
+          target_identity="bench")
     routed, plain = Rows(BenchRow, client), Rows(BenchRow, client, routing=False)
 
     def puts(rows: Rows) -> Callable[[], int]:

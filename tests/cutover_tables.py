@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import apply
+from tsmigrate.apply import ApplyOptions, apply
 from tsmigrate.model import compile_models
 from tsmigrate.rewrite import cutover, driver, machine
 from tsmigrate.rewrite.planned import RewriteSettings
@@ -68,8 +68,8 @@ def ready(ots_instance: Any) -> Any:
     old = Rows(Counter, client)
     for i in range(ROWS):
         old.put(Counter(device=f"d{i % 4}", seq=i, count=0, note="start"))
-    outcome = apply(client, compile_models([CounterV2]), target_identity=IDENTITY,
-                    rewrite_settings=SETTINGS)
+    outcome = apply(client, compile_models([CounterV2]), ApplyOptions(rewrite=SETTINGS),
+                    target_identity=IDENTITY)
     assert [r.phase for r in outcome.rewrites] == [machine.READY]
     # Services read the routing under a lease of LEASE_S seconds, which every fence waits out
     # (when a process does not acknowledge first): a shorter one keeps the fences of these

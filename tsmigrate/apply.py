@@ -32,6 +32,10 @@ from tsmigrate.history import Entry
 from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
 from tsmigrate.plan import Plan, make_plan, recorded_catalog, with_known_derivations
 from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
+from tsmigrate.reindex import flow
+from tsmigrate.reindex.flow import ReindexSettings
+from tsmigrate.rewrite import planned
+from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, Lease, Lock, LockHeld, State
 
@@ -130,10 +134,9 @@ def _renewing(state: State, report: Callable[[str, dict[str, Any]], None]
 def live_catalog(client: Any) -> Catalog:
     """The live instance as IR (tsmigrate's own table left out), with the key derivations
     tsmigrate recorded when it last applied."""
-    from tsmigrate.rewrite.planned import mask_live
 
     live = adapter.inspect(client, exclude=(STATE_TABLE,))
-    return mask_live(client, with_known_derivations(live, State(client).applied_catalog()))
+    return planned.mask_live(client, with_known_derivations(live, State(client).applied_catalog()))
 
 
 def finished_rewrites(client: Any) -> frozenset[str]:
@@ -144,55 +147,66 @@ def finished_rewrites(client: Any) -> frozenset[str]:
     return frozenset(r.source for r in machine.all_rewrites(client) if r.phase == machine.DONE)
 
 
+@attrs.frozen
+class ApplyOptions:
+    """How one run of apply goes, as ``tsmigrate apply`` builds it from its flags: what it may
+    do (``allow_destructive``: steps that lose data; ``prune``: drop tables no model declares),
+    how long it waits for a lock another apply holds, the lint severities it refuses on (None:
+    no lint), and how rewrite and reindex steps run."""
+
+    allow_destructive: bool = False
+    prune: bool = False
+    lock_timeout_s: float = 0.0
+    lint: LintConfig | None = None
+    rewrite: RewriteSettings = attrs.field(factory=RewriteSettings)
+    reindex: ReindexSettings = attrs.field(factory=ReindexSettings)
+
+
+@attrs.frozen
+class ApplyHooks:
+    """What apply tells its caller and asks it: ``show`` sees the plan and its findings before
+    ``confirm`` is asked; ``progress(number, total, step)`` at each step; ``waiting(step, what,
+    elapsed_s)`` while a step waits to settle (an index build); ``on_lock_wait`` is told who
+    holds the lock apply waits for."""
+
+    confirm: Callable[[Plan], bool] = lambda plan: True
+    show: Callable[[Plan, Sequence[Finding]], None] | None = None
+    progress: Progress | None = None
+    waiting: Waiting | None = None
+    on_lock_wait: Callable[[Lock], None] | None = None
+
+
 def apply(
     client: Any,
     models: Catalog,
+    options: ApplyOptions = ApplyOptions(),
+    hooks: ApplyHooks = ApplyHooks(),
     *,
     target_identity: str,
     document: Mapping[str, Any] | None = None,
-    allow_destructive: bool = False,
-    prune: bool = False,
-    confirm: Callable[[Plan], bool] = lambda plan: True,
-    progress: Progress | None = None,
     now: datetime | None = None,
-    rewrite_settings: Any = None,
-    lock_timeout_s: float = 0.0,
-    on_lock_wait: Callable[[Lock], None] | None = None,
-    waiting: Waiting | None = None,
-    lint_config: LintConfig | None = None,
-    show: Callable[[Plan, Sequence[Finding]], None] | None = None,
-    reindex_settings: Any = None,
 ) -> Outcome:
-    """``reindex_settings``: how reindex steps run (reindex.flow.ReindexSettings: traffic
-    weights, progress report). ``now``: the time table families plan their months for
-    (default: the current time).
-    ``lock_timeout_s``: how long to wait for a lock another apply holds (``on_lock_wait`` is
-    told who holds it); ``waiting(step, what, elapsed_s)`` is called while a step waits to
-    settle (an index build)."""
-    from tsmigrate.rewrite import planned
-
-    settings = rewrite_settings or planned.RewriteSettings()
+    """Bring the instance behind ``client`` to ``models``. ``document``: a plan file's content,
+    applied exactly (made for ``target_identity``). ``now``: the time table families plan
+    their months for (default: the current time)."""
     if document is not None:
         check_plan_document(document, target_identity, models)
         planned_prune = document["options"]["prune"]
-        if prune and not planned_prune:
+        if options.prune and not planned_prune:
             raise ApplyRefused(
                 "--prune conflicts with the plan file, which was planned without it; apply the "
                 "file without --prune, or plan again with --prune"
             )
-        prune = planned_prune  # the plan file carries the options it was planned with
+        # The plan file carries the options it was planned with.
+        options = attrs.evolve(options, prune=planned_prune)
     state = State(client)
     state.ensure_table()
-    note = state.acquire(lock_timeout_s, on_lock_wait) or ""
+    note = state.acquire(options.lock_timeout_s, hooks.on_lock_wait) or ""
     try:
         # Renewed in the background from here on: index builds and rewrites may take long.
         with state.keep_lease() as lease:
-            outcome = _apply_locked(
-                client, models, state, lease, note, document=document, prune=prune, now=now,
-                allow_destructive=allow_destructive, confirm=confirm, progress=progress,
-                settings=settings, waiting=waiting, lint_config=lint_config, show=show,
-                reindex_settings=reindex_settings,
-            )
+            outcome = _apply_locked(client, models, state, lease, note, options, hooks,
+                                    document=document, now=now)
     except BaseException:
         # The run's own error is the one to report: a release that fails too (the same full
         # disk, the same outage) must not replace it. A lock left so is stale once this process
@@ -222,7 +236,6 @@ def _continue(client: Any, state: State, rewrite: Any, settings: Any, plan_id: s
     """Take a rewrite an earlier run started up to ready, as a step of this run (so that its
     history says this run continued it, and how that ended)."""
     from tsmigrate.records import Action
-    from tsmigrate.rewrite import planned
 
     step = Action("rewrite_table", f"continue rewrite of {rewrite.source} into {rewrite.target}",
                   rewrite.target, ops.DATA_COPY)
@@ -240,20 +253,12 @@ def _continue(client: Any, state: State, rewrite: Any, settings: Any, plan_id: s
 
 
 def _apply_locked(
-    client: Any, models: Catalog, state: State, lease: Lease, note: str, *,
-    document: Mapping[str, Any] | None, prune: bool, now: datetime | None, allow_destructive: bool,
-    confirm: Callable[[Plan], bool], progress: Progress | None, settings: Any,
-    waiting: Waiting | None, lint_config: LintConfig | None = None,
-    show: Callable[[Plan, Sequence[Finding]], None] | None = None,
-    reindex_settings: Any = None,
+    client: Any, models: Catalog, state: State, lease: Lease, note: str, options: ApplyOptions,
+    hooks: ApplyHooks, *, document: Mapping[str, Any] | None, now: datetime | None,
 ) -> Outcome:
-    """With ``lint_config`` the plan is linted first and apply refuses when a finding is an
-    error, except findings on a destructive step that ``allow_destructive`` acknowledges.
-    ``show`` sees the plan and its findings before ``confirm`` is asked."""
-    from tsmigrate.reindex import flow
-    from tsmigrate.rewrite import planned
-
-    reindexing = reindex_settings or flow.ReindexSettings()
+    """With ``options.lint`` the plan is linted first and apply refuses when a finding is an
+    error, except findings on a destructive step that ``allow_destructive`` acknowledges."""
+    reindexing = options.reindex
     declared = {t.name: t for t in models.tables}
     interrupted = state.mark_interrupted()
     # This run takes up the work of killed applies: `history` says so on them (and how this
@@ -265,7 +270,7 @@ def _apply_locked(
             f"marked {len(interrupted)} step(s) an earlier apply left unfinished (it was "
             f"killed) as interrupted: {listed}")]))
     live = live_catalog(client)
-    plan = make_plan(live, models, prune=prune, now=now, bookkeeping=(STATE_TABLE,),
+    plan = make_plan(live, models, prune=options.prune, now=now, bookkeeping=(STATE_TABLE,),
                      finished_rewrites=finished_rewrites(client))
     ahead = planned.upcoming(client, live, models)
     plan = attrs.evolve(plan, rewrites=ahead)
@@ -277,10 +282,10 @@ def _apply_locked(
         plan_id = document["checksum"][7:23]
         if done:
             note = "; ".join(filter(None, [note, f"resuming after step {done} of the plan"]))
-    findings = run_lint(models, live=live, plan=plan, config=lint_config) if lint_config else []
-    if show is not None:
-        show(plan, findings)
-    blocking = blocking_findings(findings, plan, allow_destructive=allow_destructive)
+    findings = run_lint(models, live=live, plan=plan, config=options.lint) if options.lint else []
+    if hooks.show is not None:
+        hooks.show(plan, findings)
+    blocking = blocking_findings(findings, plan, allow_destructive=options.allow_destructive)
     if blocking:
         listed = "; ".join(f"{f.code} {f.where()}: {f.message}" for f in blocking)
         drops = [f for f in blocking if f.step and plan.steps[f.step - 1].risk == ops.DESTRUCTIVE]
@@ -292,7 +297,7 @@ def _apply_locked(
                    "data is lost), or keep the tables (declare them, or plan without --prune)")
         raise LintRefused(f"lint found {len(blocking)} error(s), so nothing was changed: {listed} ({fix})")
     destructive = plan.by_risk(ops.DESTRUCTIVE)
-    if destructive and not allow_destructive:
+    if destructive and not options.allow_destructive:
         listed = "; ".join(s.summary() for s in destructive)
         raise ApplyRefused(
             f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}"
@@ -304,7 +309,7 @@ def _apply_locked(
             f"{unsupported[0].summary()} needs an API this version cannot call yet; "
             "nothing was changed"
         )
-    settings = attrs.evolve(settings, report=_renewing(state, settings.report))
+    settings = attrs.evolve(options.rewrite, report=_renewing(state, options.rewrite.report))
     continued = planned.pending(client, live, models, ahead)
     dropped = {s.table for s in plan.steps if isinstance(s, ops.DropTable)}
     if not plan.steps:
@@ -312,7 +317,7 @@ def _apply_locked(
         state.save_catalog(recorded_catalog(models, live), left=physical(live))
         ready = tuple(_continue(client, state, r, settings, plan_id) for r in continued)
         return Outcome(plan, 0, note, ready, tuple(findings), reindexes=tuple(finished))
-    if not confirm(plan):
+    if not hooks.confirm(plan):
         raise ApplyRefused("apply cancelled; nothing was changed")
     # The models' key derivations are recorded before the first step, so inspection shows every
     # state on the way as the plan's fingerprints predict it (and a crash midway forgets none).
@@ -323,8 +328,8 @@ def _apply_locked(
     started = completed = 0
     try:
         for number, step in enumerate(plan.steps, 1):
-            if progress is not None:
-                progress(number, len(plan.steps), step)
+            if hooks.progress is not None:
+                hooks.progress(number, len(plan.steps), step)
             lease.check()
             state.record(step, "started", plan_id=plan_id)
             started = number
@@ -346,8 +351,8 @@ def _apply_locked(
 
                         def settling(what: str, elapsed_s: float, step: ops.Step = step) -> None:
                             lease.check()  # taken over meanwhile: stop here
-                            if waiting is not None:
-                                waiting(step, what, elapsed_s)
+                            if hooks.waiting is not None:
+                                hooks.waiting(step, what, elapsed_s)
 
                         if not adapter.settle(client, step.table, predicted.table(step.table),
                                               on_wait=settling):

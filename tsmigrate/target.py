@@ -61,6 +61,19 @@ class Target:
         return f"{self.name} ({self.endpoint}, instance '{self.instance}')"
 
 
+@attrs.frozen
+class TargetChoice:
+    """The instance a command was pointed at: ``--target NAME``, or ``--endpoint`` with
+    ``--instance``; nothing given means the project's default (the embedded local instance)."""
+
+    name: str | None = None
+    endpoint: str | None = None
+    instance: str | None = None
+
+    def resolve(self, project: Project) -> Target:
+        return resolve_target(project, target=self.name, endpoint=self.endpoint, instance=self.instance)
+
+
 def resolve_target(
     project: Project,
     *,

@@ -12,7 +12,7 @@ import tablestore as ts
 from click.testing import CliRunner
 
 from tsmigrate import adapter
-from tsmigrate.apply import ApplyFailed, ApplyInterrupted, apply
+from tsmigrate.apply import ApplyFailed, ApplyHooks, ApplyInterrupted, apply
 from tsmigrate.cli import main
 from tsmigrate.schema import Catalog, PrimaryKeyColumn, Table
 
@@ -30,7 +30,8 @@ def test_a_failing_step_names_its_number_and_what_was_done(ots_client):
             ots_client.create_table(meta, ts.TableOptions(), ts.ReservedThroughput(ts.CapacityUnit(0, 0)))
 
     with pytest.raises(ApplyFailed) as caught:
-        apply(ots_client, _tables("a", "b", "c"), target_identity=IDENTITY, progress=sabotage)
+        apply(ots_client, _tables("a", "b", "c"), hooks=ApplyHooks(progress=sabotage),
+              target_identity=IDENTITY)
     message = str(caught.value)
     assert "apply failed at step 2 of 3 (create table b (pk STRING))" in message
     assert "OTSObjectAlreadyExist" in message
@@ -45,7 +46,8 @@ def test_an_interrupt_names_the_steps_done_and_the_history_records_it(ots_client
             raise KeyboardInterrupt
 
     with pytest.raises(ApplyInterrupted) as caught:
-        apply(ots_client, _tables("a", "b", "c"), target_identity=IDENTITY, progress=interrupt)
+        apply(ots_client, _tables("a", "b", "c"), hooks=ApplyHooks(progress=interrupt),
+              target_identity=IDENTITY)
     message = str(caught.value)
     assert "interrupted during step 3 of 3" in message
     assert "steps 1-2 were done (create table a (pk STRING); create table b (pk STRING))" in message

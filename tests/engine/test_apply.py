@@ -12,7 +12,7 @@ from strategies import catalog_changes
 from tablestore import Row
 
 from tsmigrate import adapter, ops
-from tsmigrate.apply import ApplyRefused, apply, live_catalog
+from tsmigrate.apply import ApplyHooks, ApplyOptions, ApplyRefused, apply, live_catalog
 from tsmigrate.plan import make_plan
 from tsmigrate.planfile import plan_document
 from tsmigrate.schema import (
@@ -55,7 +55,7 @@ def test_destructive_steps_need_the_flag(ots_client):
     with pytest.raises(ApplyRefused, match="--allow-destructive"):
         apply(ots_client, lower, target_identity=IDENTITY)
     assert _live(ots_client).table("events").options.time_to_live == 30 * DAY
-    outcome = apply(ots_client, lower, target_identity=IDENTITY, allow_destructive=True)
+    outcome = apply(ots_client, lower, ApplyOptions(allow_destructive=True), target_identity=IDENTITY)
     assert [s.kind for s in outcome.plan.steps] == ["drop_search_index", "update_options"]
     assert _live(ots_client).table("events").options.time_to_live == 7 * DAY
 
@@ -66,7 +66,7 @@ def test_undeclared_tables_survive_unless_pruned(ots_client):
     only_events = Catalog([events()])
     assert apply(ots_client, only_events, target_identity=IDENTITY).executed == 0
     assert _live(ots_client).table("legacy") is not None
-    apply(ots_client, only_events, target_identity=IDENTITY, prune=True, allow_destructive=True)
+    apply(ots_client, only_events, ApplyOptions(prune=True, allow_destructive=True), target_identity=IDENTITY)
     assert _live(ots_client).table("legacy") is None
 
 
@@ -112,8 +112,8 @@ def test_two_concurrent_applies_exactly_one_proceeds(ots_instance):
         return True
 
     def first() -> None:
-        results["first"] = apply(ots_instance.client(), models, target_identity=IDENTITY,
-                                 confirm=slow_confirm)
+        results["first"] = apply(ots_instance.client(), models, hooks=ApplyHooks(confirm=slow_confirm),
+                                 target_identity=IDENTITY)
 
     thread = threading.Thread(target=first)
     thread.start()
@@ -176,8 +176,9 @@ def _apply_checking_every_step(client, models: Catalog):
         )
 
     with patch.object(adapter, "settle", settle_or_show):
-        outcome = apply(client, models, target_identity=IDENTITY, allow_destructive=True, prune=True,
-                        confirm=lambda plan: plans.append(plan) or True, progress=check)
+        outcome = apply(client, models, ApplyOptions(allow_destructive=True, prune=True),
+                        ApplyHooks(confirm=lambda plan: plans.append(plan) or True, progress=check),
+                        target_identity=IDENTITY)
     # ... and after the last step: what inspection shows, recorded key derivations included.
     assert live_catalog(client).fingerprint() == outcome.plan.target_fingerprint
     if outcome.plan.steps:

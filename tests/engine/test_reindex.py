@@ -15,7 +15,7 @@ import tablestore as ts
 from cliproject import CREDENTIALS, cli_process, run
 
 from tsmigrate import adapter
-from tsmigrate.apply import ApplyFailed, apply
+from tsmigrate.apply import ApplyFailed, ApplyOptions, apply
 from tsmigrate.reindex import checkpoint, parity
 from tsmigrate.reindex.flow import ReindexSettings
 from tsmigrate.schema import (
@@ -133,8 +133,8 @@ def test_reindex_with_searches_and_writes_running_throughout(ots_instance, ots_s
     # Each weight is held 0.3 s: long enough for many searches to land on both indexes.
     settings = ReindexSettings(weights=(10, 50, 100), hold_s=0.3, poll_s=0.1, report=report)
     with Traffic(client, ROWS) as traffic:
-        outcome = apply(client, Catalog([docs(NEW)]), target_identity=IDENTITY,
-                        reindex_settings=settings)
+        outcome = apply(client, Catalog([docs(NEW)]), ApplyOptions(reindex=settings),
+                        target_identity=IDENTITY)
     assert [s.kind for s in outcome.plan.steps] == ["reindex_search_index"]
     assert traffic.failures == 0 and traffic.missed == [], traffic.missed[:5]
     assert traffic.searches > 10
@@ -170,8 +170,8 @@ def test_a_differing_query_blocks_the_switch_and_a_fixed_model_goes_through(ots_
     broken = SearchIndex("finder", [f if f.name != "n" else SearchField("n", "DOUBLE", sort_and_agg=True)
                                     for f in NEW.fields])
     with pytest.raises(ApplyFailed) as failed:
-        apply(client, Catalog([docs(broken)]), target_identity=IDENTITY,
-              reindex_settings=ReindexSettings(poll_s=0.05))
+        apply(client, Catalog([docs(broken)]), ApplyOptions(reindex=ReindexSettings(poll_s=0.05)),
+              target_identity=IDENTITY)
     message = str(failed.value)
     assert "the switch is blocked" in message and "recent: n >= " in message
     assert "rows on the old index, 0 on the new" in message
@@ -179,8 +179,8 @@ def test_a_differing_query_blocks_the_switch_and_a_fixed_model_goes_through(ots_
     assert adapter.inspect_table(client, "docs").search_indexes == (OLD,)  # still serving
     assert sorted(live_search(client)) == ["finder", "finder_reindex"]
 
-    outcome = apply(client, Catalog([docs(NEW)]), target_identity=IDENTITY,
-                    reindex_settings=ReindexSettings(poll_s=0.05))
+    outcome = apply(client, Catalog([docs(NEW)]), ApplyOptions(reindex=ReindexSettings(poll_s=0.05)),
+                    target_identity=IDENTITY)
     assert [r.stage for r in outcome.reindexes] == ["done"]
     assert adapter.inspect_table(client, "docs").search_indexes == (NEW,)
     assert live_search(client) == ["finder"]
@@ -192,8 +192,8 @@ def test_an_unwanted_reindex_left_before_its_switch_is_abandoned(ots_instance):
     broken = SearchIndex("finder", [SearchField("kind", "LONG")])  # kind holds strings
     with pytest.raises(ApplyFailed):
         populate(client, 5)
-        apply(client, Catalog([docs(broken, patterns=[PATTERNS[0]])]), target_identity=IDENTITY,
-              reindex_settings=ReindexSettings(poll_s=0.05))
+        apply(client, Catalog([docs(broken, patterns=[PATTERNS[0]])]),
+              ApplyOptions(reindex=ReindexSettings(poll_s=0.05)), target_identity=IDENTITY)
     outcome = apply(client, Catalog([docs(OLD)]), target_identity=IDENTITY)  # back to the old
     assert outcome.executed == 0
     assert live_search(client) == ["finder"]
@@ -330,7 +330,7 @@ def test_a_reindex_waits_for_a_free_rebuild_slot(ots_instance, ots_server_option
         if event == "build" and data["phase"] == "full":
             ots_instance.server.clock_offset += 2000  # and so does this one
 
-    apply(client, Catalog([docs(NEW), *others]), target_identity=IDENTITY,
-          reindex_settings=ReindexSettings(poll_s=0.05, report=report))
+    apply(client, Catalog([docs(NEW), *others]),
+          ApplyOptions(reindex=ReindexSettings(poll_s=0.05, report=report)), target_identity=IDENTITY)
     assert "at most 5 search indexes at once" in seen[0] and "limit: 5" in seen[0]
     assert adapter.inspect_table(client, "docs").search_indexes == (NEW,)

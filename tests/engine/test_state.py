@@ -22,7 +22,7 @@ from cliproject import CREDENTIALS, cli_process, project, run
 from samples import events
 
 from tsmigrate import state as state_module
-from tsmigrate.apply import apply
+from tsmigrate.apply import ApplyHooks, apply
 from tsmigrate.plan import make_plan
 from tsmigrate.schema import Catalog
 from tsmigrate.state import LOCK_KEY, STATE_TABLE, LockHeld, Owner, State, StateRowError
@@ -227,7 +227,7 @@ def test_lease_is_renewed_while_a_step_waits_for_an_index_build(ots_instance, ot
                 contender.append(exc)
             ots_instance.server.clock_offset += HOUR_S  # the build finishes
 
-    outcome = apply(client, Catalog([events()]), target_identity=IDENTITY, waiting=waiting)
+    outcome = apply(client, Catalog([events()]), hooks=ApplyHooks(waiting=waiting), target_identity=IDENTITY)
     assert isinstance(contender[0], LockHeld), contender
     assert "events: search index events_search to finish building (full sync)" in seen
     assert outcome.executed == 2
@@ -247,7 +247,7 @@ def test_apply_stops_when_its_lock_is_taken_over_during_a_wait(ots_instance, ots
             intruder.acquire()
 
     with pytest.raises(LockHeld, match="lock was lost"):
-        apply(client, Catalog([events()]), target_identity=IDENTITY, waiting=waiting)
+        apply(client, Catalog([events()]), hooks=ApplyHooks(waiting=waiting), target_identity=IDENTITY)
     history = State(client).history()
     assert history[-1]["status"] == "failed" and history[-1]["step"] == "create_search_index"
     assert _lock_row(client)["owner"] == intruder.owner.text  # the intruder keeps it

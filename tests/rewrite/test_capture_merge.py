@@ -16,7 +16,7 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 
-from tsmigrate.apply import apply
+from tsmigrate.apply import ApplyOptions, apply
 from tsmigrate.local.plainbuffer import decode_row, encode_cell
 from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture, driver, machine, writer
@@ -41,7 +41,7 @@ def _ready(ots_instance, target=TARGET, rows: int = 40):
     client = ots_instance.client()
     apply(client, Catalog([rt.SOURCE]), target_identity=IDENTITY)
     rt.fill(client, rows)
-    outcome = apply(client, Catalog([target]), target_identity=IDENTITY, rewrite_settings=SETTINGS)
+    outcome = apply(client, Catalog([target]), ApplyOptions(rewrite=SETTINGS), target_identity=IDENTITY)
     assert [r.phase for r in outcome.rewrites] == [machine.READY]
     return client, driver.make_capture(client, machine.load(client, target.name))
 

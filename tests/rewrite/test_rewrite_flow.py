@@ -12,7 +12,7 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.apply import apply
+from tsmigrate.apply import ApplyOptions, apply
 from tsmigrate.keys import HashPrefix
 from tsmigrate.local import streams
 from tsmigrate.rawclient import RawClient
@@ -33,7 +33,7 @@ def _source(ots_instance, rows: int) -> ts.OTSClient:
 
 
 def _rewrite(client, settings: RewriteSettings = SETTINGS):
-    return apply(client, Catalog([TARGET]), target_identity=IDENTITY, rewrite_settings=settings)
+    return apply(client, Catalog([TARGET]), ApplyOptions(rewrite=settings), target_identity=IDENTITY)
 
 
 def _job(client):
@@ -213,7 +213,7 @@ def test_collisions_stop_the_rewrite_before_ready(ots_instance):
                                           derivation=HashPrefix("device", 4, "|"))],
         attributes=[])
     with pytest.raises(machine.RewriteError, match="collision"):
-        apply(client, Catalog([narrow]), target_identity=IDENTITY, rewrite_settings=SETTINGS)
+        apply(client, Catalog([narrow]), ApplyOptions(rewrite=SETTINGS), target_identity=IDENTITY)
     rewrite = machine.load(client, TARGET.name)
     assert rewrite.phase == machine.FAILED and rewrite.resume_to == machine.CATCH_UP
     assert "collision" in rewrite.error and "dev-" in rewrite.error

@@ -11,7 +11,7 @@ from service_models import FAST
 from tablestore import metadata as md
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import apply, live_catalog
+from tsmigrate.apply import ApplyOptions, apply, live_catalog
 from tsmigrate.errors import ApplyRefused
 from tsmigrate.families import Monthly
 from tsmigrate.model import compile_models
@@ -118,7 +118,7 @@ def test_retention_archives_then_drops_expired_months_and_restore_loads_them_bac
         apply(client, catalog, target_identity="t", now=january)
     assert "serp_snapshots_202609" in client.list_table()  # refused: nothing dropped
 
-    apply(client, catalog, target_identity="t", now=january, allow_destructive=True)
+    apply(client, catalog, ApplyOptions(allow_destructive=True), target_identity="t", now=january)
     names = set(client.list_table())
     assert "serp_snapshots_202609" not in names and "serp_snapshots_202701" in names
     archive = tmp_path / "archive" / "serp_snapshots_202609.jsonl.gz"

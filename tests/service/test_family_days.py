@@ -11,7 +11,7 @@ from service_models import FAST
 from tablestore import metadata as md
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import apply
+from tsmigrate.apply import ApplyOptions, apply
 from tsmigrate.families import Monthly
 from tsmigrate.model import compile_models
 from tsmigrate.service import QueryError, Range, Rows, RowValueError, create_tables
@@ -71,8 +71,8 @@ def test_iso_days_route_query_across_months_retire_and_restore_exactly(serp, tmp
 
     before = {m: month_rows(client, f"serp_snapshots_{m}") for m in MONTHS}
     january = datetime(2027, 1, 10, tzinfo=timezone.utc)  # retain=3: Nov, Dec, Jan
-    apply(client, compile_models([serp.model]), target_identity="t", now=january,
-          allow_destructive=True)
+    apply(client, compile_models([serp.model]), ApplyOptions(allow_destructive=True), target_identity="t",
+          now=january)
     assert not {"serp_snapshots_202609", "serp_snapshots_202610"} & set(client.list_table())
     for month in ("202609", "202610"):
         archive = tmp_path / "archive" / f"serp_snapshots_{month}.jsonl.gz"

@@ -10,7 +10,6 @@ import tablestore as ts
 from scriptdir import write_script
 
 from tsmigrate.reindex.flow import ReindexSettings
-from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.versions import runner
 from tsmigrate.versions.scripts import ScriptDirectory
 
@@ -36,13 +35,13 @@ def test_upgrade_runs_a_reindex_to_the_switch(ots_instance, ots_server_options, 
     # A new search index builds (sync phase FULL) for search_full_sync_s of the server's clock:
     # the reindex looks every 50 ms, not every second.
     builds: list[str] = []  # the sync phase the reindex index was in, each time it looked
-    settings = runner.Settings(RewriteSettings(), reindex=ReindexSettings(
+    options = runner.MoveOptions(reindex=ReindexSettings(
         poll_s=0.05, report=lambda event, data: builds.append(data["phase"]) if event == "build" else None))
 
     def upgrade(spec: str) -> runner.Outcome:
         return runner.run(client, directory,
                           lambda last: runner.plan_upgrade(directory, last.revisions, spec),
-                          package=runner.Package(), settings=settings)
+                          options, package=runner.Package())
 
     upgrade("a1")
     client.put_row("notes", ts.Row([("id", "n1")], [("tag", "red fox"), ("title", "t1")]))

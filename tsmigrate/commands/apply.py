@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 from rich.console import Console
 
@@ -88,6 +90,28 @@ def _result(outcome: str, plan: Any, findings: Any, done: int, error: str = "",
     }
 
 
+def apply_options(flags: Mapping[str, Any], *, rewrite_report: Any = None,
+                  reindex_report: Any = None) -> Any:
+    """The ``ApplyOptions`` apply's flags ask for (``rewrite_report`` and ``reindex_report``
+    show progress); the command adds the lint settings and the rewrite workers' connection."""
+    from tsmigrate.apply import ApplyOptions
+    from tsmigrate.reindex.flow import ReindexSettings, parse_weights
+    from tsmigrate.rewrite import driver
+    from tsmigrate.rewrite.planned import RewriteSettings
+
+    weights = flags["reindex_weights"]
+    reindex = ReindexSettings(weights=parse_weights(weights) if weights else (),
+                              hold_s=flags["reindex_hold"])
+    return ApplyOptions(
+        allow_destructive=flags["allow_destructive"], prune=flags["prune"],
+        lock_timeout_s=flags["lock_timeout"],
+        rewrite=RewriteSettings(
+            options=driver.RunOptions(flags["workers"], flags["dask"], flags["max_rows_per_s"]),
+            report=rewrite_report or driver.quiet),
+        reindex=attrs.evolve(reindex, report=reindex_report) if reindex_report else reindex,
+    )
+
+
 @click.command(name="apply")
 @models_option
 @project_option
@@ -118,9 +142,7 @@ def _result(outcome: str, plan: Any, findings: Any, done: int, error: str = "",
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: one machine-readable result on stdout.")
 @reports_errors
-def apply_command(models, project, target_name, endpoint, instance, plan_file, yes,
-                  allow_destructive, prune, workers, dask, max_rows_per_s, lock_timeout,
-                  reindex_weights, reindex_hold, fmt):
+def apply_command(models, project, choice, plan_file, yes, fmt, **flags):
     """Change the target to match the models (takes a lock, records history).
 
     Refused (exit 3, nothing changed) when lint finds an error, except on destructive steps
@@ -128,15 +150,13 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
     what was done before it; running apply again continues from the live state.
     """
     from tsmigrate import adapter
-    from tsmigrate.apply import ApplyFailed, ApplyRefused, apply
+    from tsmigrate.apply import ApplyFailed, ApplyHooks, ApplyRefused, apply
     from tsmigrate.planfile import read_plan_file
     from tsmigrate.planrender import findings_text, plan_text
-    from tsmigrate.reindex.flow import ReindexSettings, parse_weights
     from tsmigrate.reindex.progress import ReindexProgress
     from tsmigrate.rewrite import driver
-    from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.rewrite.progress import ApplyProgress, next_step
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
     as_json = fmt == "json"
     # Human output goes to stderr under --format json, so stdout holds only the JSON result.
@@ -160,8 +180,8 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
         return click.confirm(f"Apply these {len(plan.steps)} steps?", default=False, err=as_json)
 
     def on_lock_wait(holder) -> None:
-        err_console.print(f"waiting up to {duration(round(lock_timeout))} for the apply lock held by "
-                          f"{holder.describe()}", markup=False)
+        err_console.print(f"waiting up to {duration(round(flags['lock_timeout']))} for the apply lock "
+                          f"held by {holder.describe()}", markup=False)
 
     bar = _Bar()
     waits = SettleReport(err_console, bar, None)
@@ -177,24 +197,21 @@ def apply_command(models, project, target_name, endpoint, instance, plan_file, y
                 "`tsmigrate upgrade head` (`tsmigrate revision --autogenerate` turns model changes "
                 "into a revision)"
             )
-        weights = parse_weights(reindex_weights) if reindex_weights else ()
-        reindexing = ReindexSettings(weights=weights, hold_s=reindex_hold, report=reindex_progress)
+        options = apply_options(flags, rewrite_report=rewrite_progress, reindex_report=reindex_progress)
         proj, catalog = load_catalog(project, models)
-        target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+        target = choice.resolve(proj)
         seen["target"] = target.identity
         console.print(f"[dim]target: {target.describe()}[/]")
         document = read_plan_file(plan_file, target.identity, catalog) if plan_file else None
         with adapter.service_errors(target.describe()), connect(proj, target) as client:
-            settings = RewriteSettings(
-                spec=driver.spec_of(client, local_defaults=target.embedded),
-                options=driver.RunOptions(workers, dask, max_rows_per_s),
-                report=rewrite_progress,
-            )
-            outcome = apply(client, catalog, target_identity=target.identity, document=document,
-                            allow_destructive=allow_destructive, prune=prune, confirm=confirm,
-                            progress=bar, rewrite_settings=settings, lint_config=lint_config(proj),
-                            show=show, lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait,
-                            waiting=waits, reindex_settings=reindexing)
+            options = attrs.evolve(
+                options, lint=lint_config(proj),
+                rewrite=attrs.evolve(options.rewrite,
+                                     spec=driver.spec_of(client, local_defaults=target.embedded)))
+            hooks = ApplyHooks(confirm=confirm, show=show, progress=bar, waiting=waits,
+                               on_lock_wait=on_lock_wait)
+            outcome = apply(client, catalog, options, hooks, target_identity=target.identity,
+                            document=document)
     except ApplyFailed as exc:
         if as_json:
             kind = "interrupted" if exc.interrupted else "failed"

@@ -100,21 +100,32 @@ target_options = [
 
 
 def with_target(command: F) -> F:
+    """--target, --endpoint and --instance, handed to the command as one ``choice``
+    (``tsmigrate.target.TargetChoice``)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from tsmigrate.target import TargetChoice
+
+        kwargs["choice"] = TargetChoice(kwargs.pop("target_name"), kwargs.pop("endpoint"),
+                                        kwargs.pop("instance"))
+        return command(*args, **kwargs)
+
     for option in reversed(target_options):
-        command = option(command)
-    return command
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]
 
 
 @contextmanager
-def connected(project_dir: Path | None, target_name: str | None, endpoint: str | None,
-              instance: str | None) -> Iterator[tuple[Any, Any]]:
-    """(client, target) for a command's target, the SDK's errors turned into TargetError."""
+def connected(project_dir: Path | None, choice: Any) -> Iterator[tuple[Any, Any]]:
+    """(client, target) for a command's target (a ``TargetChoice``), the SDK's errors turned
+    into TargetError."""
     from tsmigrate import adapter
     from tsmigrate.config import load_project
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
     project = load_project(project_dir)
-    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         yield client, target
 
@@ -139,25 +150,25 @@ def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
     return project, ScriptDirectory.from_project(project)
 
 
-def inspect_target(project, target_name, endpoint, instance):
+def inspect_target(project, choice):
     """The target and its live catalog (read calls only)."""
     from tsmigrate import adapter
     from tsmigrate.apply import live_catalog
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
-    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         return target, live_catalog(client)
 
 
-def plan_inputs(project, target_name, endpoint, instance):
+def plan_inputs(project, choice):
     """The target, its live catalog and the replaced tables whose rewrite has finished (which
     ``--prune`` may drop): what ``make_plan`` needs (read calls only)."""
     from tsmigrate import adapter
     from tsmigrate.apply import finished_rewrites, live_catalog
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
-    target = resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+    target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         return target, live_catalog(client), finished_rewrites(client)
 

@@ -25,7 +25,7 @@ DEFAULT_LIMIT = 20
                    "runs applied to the target. Default: --revisions when [tool.tsmigrate] "
                    "workflow is \"versioned\", else --runs.")
 @reports_errors
-def history_command(project, target_name, endpoint, instance, limit, fmt, revisions):
+def history_command(project, choice, limit, fmt, revisions):
     """Steps applied to the target, newest first: run, outcome, when and who ran them.
 
     With --revisions (the default in versioned mode): the revision scripts, newest first, each
@@ -46,7 +46,7 @@ def history_command(project, target_name, endpoint, instance, limit, fmt, revisi
         click.echo(revision_history(directory, fmt, limit), nl=False)
         return
 
-    with connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, choice) as (client, target):
         state = State(client)
         rows = state.history()
         lock = state.read_lock() if rows else None

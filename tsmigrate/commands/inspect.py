@@ -20,7 +20,7 @@ from tsmigrate.commands.common import inspect_target, project_option, reports_er
 @click.option("--overwrite", is_flag=True,
               help="With --write-models: replace model files that exist (refused otherwise).")
 @reports_errors
-def inspect_command(project, target_name, endpoint, instance, fmt, write_models, overwrite):
+def inspect_command(project, choice, fmt, write_models, overwrite):
     """Print the schema of the live instance, or write models for it.
 
     The fingerprint printed is the one a plan's target_fingerprint predicts after apply (key
@@ -32,7 +32,7 @@ def inspect_command(project, target_name, endpoint, instance, fmt, write_models,
     from tsmigrate.config import load_project
     from tsmigrate.render import catalog_text
 
-    _target, live = inspect_target(load_project(project), target_name, endpoint, instance)
+    _target, live = inspect_target(load_project(project), choice)
     if write_models is not None:
         from tsmigrate.adopt import write_models as write
 

@@ -58,7 +58,7 @@ def _with_rewrites_ahead(project, target, live, catalog, result):
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when there are changes, 0 when there are none, 1 on error.")
 @reports_errors
-def plan(models, project, target_name, endpoint, instance, fmt, out, prune, detailed_exitcode):
+def plan(models, project, choice, fmt, out, prune, detailed_exitcode):
     """Show what apply would change on the target (read calls only).
 
     The plan is linted (model and plan rules, [tool.tsmigrate.lint] severities); the findings
@@ -82,10 +82,10 @@ def plan(models, project, target_name, endpoint, instance, fmt, out, prune, deta
                 "in the versioned workflow plan shows pending revisions and drift (text or json); "
                 "--out, --prune, --models and --format markdown belong to the declarative workflow"
             )
-        versioned_plan(load_project(project), target_name, endpoint, instance, fmt, detailed_exitcode)
+        versioned_plan(load_project(project), choice, fmt, detailed_exitcode)
         return
     proj, catalog = load_catalog(project, models)
-    target, live, finished = plan_inputs(proj, target_name, endpoint, instance)
+    target, live, finished = plan_inputs(proj, choice)
     result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,),
                        finished_rewrites=finished)
     result = _with_rewrites_ahead(proj, target, live, catalog, result)

@@ -17,7 +17,7 @@ from tsmigrate.commands.common import err_console, project_option, reports_error
 @click.option("--table", "table_name", metavar="NAME",
               help="Restore into this table (default: the archived table's name).")
 @reports_errors
-def restore(source, project, target_name, endpoint, instance, table_name):
+def restore(source, project, choice, table_name):
     """Load the archive SOURCE (a path or an fsspec URL such as oss://bucket/x.jsonl.gz) into the
     target: the table is created from the archived schema if missing, and every cell version is
     written back with its timestamp. Running it again is harmless (same cells, same timestamps)."""
@@ -34,10 +34,10 @@ def restore(source, project, target_name, endpoint, instance, table_name):
     from tsmigrate.config import load_project
     from tsmigrate.pipeprogress import PipeProgress
     from tsmigrate.service.restore import restore_archive
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
     proj = load_project(Path(project) if project else None)
-    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+    target = choice.resolve(proj)
     columns = (TextColumn("restoring {task.description}"), BarColumn(), MofNCompleteColumn(),
                TaskProgressColumn(), TextColumn("{task.fields[rate]} rows/s"), TimeRemainingColumn())
     with adapter.service_errors(target.describe()), connect(proj, target) as client, \

@@ -38,10 +38,11 @@ def _relative(path: Path) -> str:
 def _live_catalog(project, against: str):
     """The live schema of target ``against`` ('local': the embedded instance)."""
     from tsmigrate.commands.common import inspect_target
+    from tsmigrate.target import TargetChoice
 
     configured = against in project.settings.get("targets", {})
     name = against if configured or against != "local" else None
-    return inspect_target(project, name, None, None)
+    return inspect_target(project, TargetChoice(name=name))
 
 
 def _write_revision(directory, *, message: str, parents: list[str], bodies, expected=None) -> Path:

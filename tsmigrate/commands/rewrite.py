@@ -52,12 +52,12 @@ def rewrite() -> None:
 @with_target
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @reports_errors
-def status(table, project, target_name, endpoint, instance, fmt):
+def status(table, project, choice, fmt):
     """Phase, rows copied / estimated, rows/s, capture lag, ETA, collisions, verification."""
     from tsmigrate.rewrite import machine
     from tsmigrate.rewrite.progress import status_data, status_text
 
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         rewrites = [_rewrite_of(client, table)] if table else machine.all_rewrites(client)
         data = [status_data(client, r) for r in rewrites]
     if fmt == "json":
@@ -75,7 +75,7 @@ def status(table, project, target_name, endpoint, instance, fmt):
 @click.option("--for", "seconds", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds (default: until interrupted).")
 @reports_errors
-def follow(table, project, target_name, endpoint, instance, seconds):
+def follow(table, project, choice, seconds):
     """Keep change capture running (lag shown) while services move to the new model."""
     import time
 
@@ -90,7 +90,7 @@ def follow(table, project, target_name, endpoint, instance, seconds):
             err_console.print(f"capture into the {into}: lag {data['lag_s']:.1f}s, "
                               f"applied {data['applied']:,}, moved {data['moved']:,}")
 
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
         with machine.Runner(client, rewrite.target) as runner:
             try:
@@ -110,11 +110,11 @@ def follow(table, project, target_name, endpoint, instance, seconds):
 @project_option
 @with_target
 @reports_errors
-def pause(table, project, target_name, endpoint, instance):
+def pause(table, project, choice):
     """Pause the rewrite; the process running it stops at its next checkpoint."""
     from tsmigrate.rewrite import machine
 
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
         if rewrite.phase not in machine.RUNNING_PHASES:
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}; "
@@ -135,12 +135,12 @@ def pause(table, project, target_name, endpoint, instance):
 @click.option("--max-rows-per-s", type=click.FloatRange(min=1), default=None,
               help="Throttle the backfill's writes.")
 @reports_errors
-def resume(table, project, target_name, endpoint, instance, workers, dask, max_rows_per_s):
+def resume(table, project, choice, workers, dask, max_rows_per_s):
     """Resume a paused or failed rewrite: continue it up to ready."""
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.progress import ApplyProgress, next_step
 
-    with connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
         if rewrite.phase not in (machine.PAUSED, machine.FAILED):
             raise machine.RewriteError(f"the rewrite into {rewrite.target} is {rewrite.phase}, not "
@@ -178,12 +178,12 @@ def _fence_report(event: str, data: dict[str, Any]) -> None:
 @click.option("--accept-target-writes", is_flag=True,
               help="Switch even though rows of the new table were written directly before it.")
 @reports_errors
-def switch(table, project, target_name, endpoint, instance, lease_s, accept_target_writes):
+def switch(table, project, choice, lease_s, accept_target_writes):
     """Make the new table the one services on the model API write: fence, drain, verify, switch."""
     from tsmigrate.rewrite import cutover, driver, machine
     from tsmigrate.rewrite.progress import next_step
 
-    with connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
         _run, step = _recorded(client, "switch", "rewrite_switch", rewrite.target)
         with step, machine.Runner(client, rewrite.target, handover=True) as runner:
@@ -198,12 +198,12 @@ def switch(table, project, target_name, endpoint, instance, lease_s, accept_targ
 @project_option
 @with_target
 @reports_errors
-def revert(table, project, target_name, endpoint, instance):
+def revert(table, project, choice):
     """Make the old table the one services write again (until finish); nothing written is lost."""
     from tsmigrate.rewrite import cutover, machine
     from tsmigrate.rewrite.progress import next_step
 
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
         _run, step = _recorded(client, "revert", "rewrite_revert", rewrite.target)
         with step, machine.Runner(client, rewrite.target, handover=True) as runner:
@@ -230,7 +230,7 @@ def _print_fence(done: Any, what: str, next_text: str) -> None:
               help="With --force: keep rows services wrote to the new table directly.")
 @models_option
 @reports_errors
-def finish(table, project, target_name, endpoint, instance, allow_destructive, force, accept_target_writes,
+def finish(table, project, choice, allow_destructive, force, accept_target_writes,
            models):
     """After switch: stop capture, put the tables' settings back (and drop the old table with
     --allow-destructive, unless the models declare it)."""
@@ -239,7 +239,7 @@ def finish(table, project, target_name, endpoint, instance, allow_destructive, f
     from tsmigrate.rewrite.progress import ApplyProgress
 
     declared = _declared_tables(project, models) if allow_destructive else frozenset()
-    with connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
         report = ApplyProgress(err_console)  # in a pipe: a line every few seconds while it verifies
         run, step = _recorded(client, "finish", "rewrite_finish", rewrite.target)
@@ -296,12 +296,12 @@ def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
 @project_option
 @with_target
 @reports_errors
-def abort(table, project, target_name, endpoint, instance):
+def abort(table, project, choice):
     """Drop the target and put the source's stream back; the source's rows are untouched."""
     from tsmigrate import records
     from tsmigrate.rewrite import driver, machine
 
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
         run, step = _recorded(client, "abort", "rewrite_abort", rewrite.target)
         with records.drop_seen(run, client, rewrite.target), step, \

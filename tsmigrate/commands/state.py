@@ -67,13 +67,13 @@ def state_group() -> None:
 @with_target
 @click.option("--force", is_flag=True, help="Remove it (without: say what removing it means).")
 @reports_errors
-def remove(kind, row_id, project, target_name, endpoint, instance, force):
+def remove(kind, row_id, project, choice, force):
     """Remove a malformed row of tsmigrate_state (commands name the row and this command)."""
     from tsmigrate import adapter
     from tsmigrate.state import STATE_TABLE
 
     key = [("kind", kind), ("id", row_id)]
-    with connected(project, target_name, endpoint, instance) as (client, _target):
+    with connected(project, choice) as (client, _target):
         columns = adapter.get_row(client, STATE_TABLE, key)
         if columns is None:
             raise StateRemoveRefused(f"no row kind={kind!r}, id={row_id!r} in {STATE_TABLE}")

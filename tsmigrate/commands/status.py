@@ -18,7 +18,7 @@ from tsmigrate.commands.common import connected, err_console, project_option, re
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @reports_errors
-def status_command(project, target_name, endpoint, instance, fmt):
+def status_command(project, choice, fmt):
     """Where the target stands: lock holder, last apply, drift, rewrites, revisions.
 
     Drift is the live schema against the one the last apply left (changes made outside
@@ -31,7 +31,7 @@ def status_command(project, target_name, endpoint, instance, fmt):
     sections = SECTIONS
     if load_project(project).versioned:
         sections = [*SECTIONS, _revisions_section(project)]
-    with connected(project, target_name, endpoint, instance) as (client, target):
+    with connected(project, choice) as (client, target):
         reports = collect(StatusContext(client, target), sections)
     if fmt == "json":
         click.echo(json.dumps(status_json(reports), indent=2))

@@ -13,14 +13,14 @@ from tsmigrate.commands.common import project_option, reports_errors, with_targe
 @click.option("--force", is_flag=True,
               help="Also release a lock whose holder may still be running, or a malformed lock row.")
 @reports_errors
-def unlock_command(project, target_name, endpoint, instance, force):
+def unlock_command(project, choice, force):
     """Release the apply lock (a live holder only with --force)."""
     from tsmigrate import adapter
     from tsmigrate.config import load_project
     from tsmigrate.state import State
-    from tsmigrate.target import connect, resolve_target
+    from tsmigrate.target import connect
 
     proj = load_project(project)
-    target = resolve_target(proj, target=target_name, endpoint=endpoint, instance=instance)
+    target = choice.resolve(proj)
     with adapter.service_errors(target.describe()), connect(proj, target) as client:
         click.echo(State(client).unlock(force=force))

@@ -7,10 +7,12 @@ nothing is changed. ``--dry-run`` prints the service calls instead of making the
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from typing import Any
 
+import attrs
 import click
 from rich.console import Console
 
@@ -37,15 +39,24 @@ run_options = [
 
 
 def with_run_options(command: Any) -> Any:
+    """The run flags (and --allow-older where the command has it), handed to the command as one
+    ``options`` (``tsmigrate.versions.runner.MoveOptions``); --dry-run stays a flag of its own."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from tsmigrate.rewrite import driver
+        from tsmigrate.rewrite.planned import RewriteSettings
+        from tsmigrate.versions.runner import MoveOptions
+
+        run = driver.RunOptions(kwargs.pop("workers"), kwargs.pop("dask"), kwargs.pop("max_rows_per_s"))
+        kwargs["options"] = MoveOptions(
+            allow_destructive=kwargs.pop("allow_destructive"), allow_older=kwargs.pop("allow_older", False),
+            lock_timeout_s=kwargs.pop("lock_timeout"), rewrite=RewriteSettings(options=run))
+        return command(*args, **kwargs)
+
     for option in reversed(run_options):
-        command = option(command)
-    return command
-
-
-def _target(project: Any, target_name: Any, endpoint: Any, instance: Any) -> Any:
-    from tsmigrate.target import resolve_target
-
-    return resolve_target(project, target=target_name, endpoint=endpoint, instance=instance)
+        wrapper = option(wrapper)
+    return wrapper
 
 
 class _Report:
@@ -65,18 +76,16 @@ class _Report:
         self.bars("backfill", {"progress": progress})
 
 
-def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, instance: Any,
-          make_move: Any, *, allow_destructive: bool, allow_older: bool, workers: int, dask: Any,
-          max_rows_per_s: Any, lock_timeout: float, dry_run: bool) -> None:
+def _move(command: str, project_dir: Any, choice: Any, make_move: Any, options: Any,
+          dry_run: bool) -> None:
     from tsmigrate import adapter
     from tsmigrate.errors import ApplyRefused
     from tsmigrate.rewrite import driver
-    from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.target import connect
     from tsmigrate.versions import runner
 
     project, directory = script_directory(project_dir)
-    target = _target(project, target_name, endpoint, instance)
+    target = choice.resolve(project)
     package = runner.package_of(project)
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]target: {target.describe()}; migrations: {directory.location.label}; "
@@ -84,11 +93,11 @@ def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, insta
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         if dry_run:
             last = runner.read_applied(client)
-            if not allow_older:
+            if not options.allow_older:
                 runner.check_package(package, last)
             move = make_move(directory, last)
             try:  # a dry run shows the calls either way, and says what the run would refuse
-                runner.refusals(move, allow_destructive=allow_destructive)
+                runner.refusals(move, allow_destructive=options.allow_destructive)
                 refused = ""
             except ApplyRefused as exc:
                 refused = str(exc).removesuffix("; nothing was changed")
@@ -99,22 +108,19 @@ def _move(command: str, project_dir: Any, target_name: Any, endpoint: Any, insta
                 err_console.print(f"note: without --dry-run this is refused: {refused}", markup=False)
             return
         report = _Report(console)
-        settings = runner.Settings(
-            RewriteSettings(spec=driver.spec_of(client, local_defaults=target.embedded),
-                            options=driver.RunOptions(workers, dask, max_rows_per_s),
-                            report=report.bars),
-            backfill_progress=report.backfill,
-        )
+        options = attrs.evolve(
+            options, backfill_progress=report.backfill,
+            rewrite=attrs.evolve(options.rewrite, report=report.bars,
+                                 spec=driver.spec_of(client, local_defaults=target.embedded)))
 
         def on_lock_wait(holder: Any) -> None:
-            err_console.print(f"waiting up to {lock_timeout:.0f} s for the lock held by "
+            err_console.print(f"waiting up to {options.lock_timeout_s:.0f} s for the lock held by "
                               f"{holder.describe()}", markup=False)
 
         try:
             outcome = runner.run(
-                client, directory, lambda last: make_move(directory, last), package=package,
-                settings=settings, allow_destructive=allow_destructive, allow_older=allow_older,
-                lock_timeout_s=lock_timeout, on_lock_wait=on_lock_wait, progress=report.operation)
+                client, directory, lambda last: make_move(directory, last), options,
+                package=package, on_lock_wait=on_lock_wait, progress=report.operation)
         finally:
             report.bars.close()
     if outcome.note:
@@ -156,15 +162,13 @@ def _describe(console: Console, directory: Any, move: Any) -> None:
 @click.option("--allow-older", is_flag=True,
               help="Run even with an older package than the one that migrated the instance last.")
 @reports_errors
-def upgrade(revision, project, target_name, endpoint, instance, allow_destructive, workers, dask,
-            max_rows_per_s, lock_timeout, dry_run, allow_older):
+def upgrade(revision, project, choice, options, dry_run):
     """Apply revisions up to REVISION (head, an id or a prefix, +N)."""
     from tsmigrate.versions import runner
 
-    _move("upgrade", project, target_name, endpoint, instance,
+    _move("upgrade", project, choice,
           lambda directory, last: runner.plan_upgrade(directory, last.revisions, revision),
-          allow_destructive=allow_destructive, allow_older=allow_older, workers=workers, dask=dask,
-          max_rows_per_s=max_rows_per_s, lock_timeout=lock_timeout, dry_run=dry_run)
+          options, dry_run)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})  # -1 is a revision, not an option
@@ -173,15 +177,13 @@ def upgrade(revision, project, target_name, endpoint, instance, allow_destructiv
 @with_target
 @with_run_options
 @reports_errors
-def downgrade(revision, project, target_name, endpoint, instance, allow_destructive, workers, dask,
-              max_rows_per_s, lock_timeout, dry_run):
+def downgrade(revision, project, choice, options, dry_run):
     """Undo revisions down to REVISION (an id or a prefix, -N, base)."""
     from tsmigrate.versions import runner
 
-    _move("downgrade", project, target_name, endpoint, instance,
+    _move("downgrade", project, choice,
           lambda directory, last: runner.plan_downgrade(directory, last.revisions, revision),
-          allow_destructive=allow_destructive, allow_older=True, workers=workers, dask=dask,
-          max_rows_per_s=max_rows_per_s, lock_timeout=lock_timeout, dry_run=dry_run)
+          attrs.evolve(options, allow_older=True), dry_run)
 
 
 @click.command()
@@ -192,14 +194,13 @@ def downgrade(revision, project, target_name, endpoint, instance, allow_destruct
               help="Stamp even with an older package than the one that migrated the instance last.")
 @click.option("--dry-run", is_flag=True, help="Print the service calls it would make.")
 @reports_errors
-def stamp(revision, project, target_name, endpoint, instance, allow_older, dry_run):
+def stamp(revision, project, choice, allow_older, dry_run):
     """Record REVISION (head, an id, base) as applied without running anything."""
     from tsmigrate.versions import runner
 
-    _move("stamp", project, target_name, endpoint, instance,
+    _move("stamp", project, choice,
           lambda directory, last: runner.plan_stamp(directory, revision),
-          allow_destructive=False, allow_older=allow_older, workers=1, dask=None,
-          max_rows_per_s=None, lock_timeout=0, dry_run=dry_run)
+          runner.MoveOptions(allow_older=allow_older), dry_run)
 
 
 @click.command()
@@ -207,7 +208,7 @@ def stamp(revision, project, target_name, endpoint, instance, allow_older, dry_r
 @with_target
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @reports_errors
-def current(project, target_name, endpoint, instance, fmt):
+def current(project, choice, fmt):
     """Show the revision(s) the target is at, and the package that migrated it last."""
     import json
 
@@ -216,7 +217,7 @@ def current(project, target_name, endpoint, instance, fmt):
     from tsmigrate.versions import runner
 
     proj, directory = script_directory(project)
-    target = _target(proj, target_name, endpoint, instance)
+    target = choice.resolve(proj)
     with adapter.service_errors(target.describe()), connect(proj, target) as client:
         data = current_data(directory, runner.read_applied(client))
     if fmt == "json":
@@ -280,7 +281,7 @@ def _uncaptured(project: Any, head: Any) -> list[Any]:
     return list(make_plan(versioned.schema, versioned.models, prune=True).steps)
 
 
-def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any, fmt: str,
+def versioned_plan(project: Any, choice: Any, fmt: str,
                    detailed_exitcode: bool) -> None:
     """`plan` in a versioned project: the revisions `upgrade head` would run, and any drift
     between the instance and the schema its applied revisions give (head's, once upgraded)."""
@@ -297,7 +298,7 @@ def versioned_plan(project: Any, target_name: Any, endpoint: Any, instance: Any,
     from tsmigrate.versions.scripts import ScriptDirectory
 
     directory = ScriptDirectory.from_project(project)
-    target = _target(project, target_name, endpoint, instance)
+    target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         applied = runner.read_applied(client)
         live = live_catalog(client)

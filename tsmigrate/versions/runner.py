@@ -39,6 +39,7 @@ from tsmigrate.config import Project, read_pyproject
 from tsmigrate.errors import ApplyRefused, TsmigrateError
 from tsmigrate.plan import recorded_catalog
 from tsmigrate.reindex import flow
+from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.state import STATE_TABLE, State
 from tsmigrate.versions.errors import MigrationError, UnknownRevisionError
@@ -316,13 +317,18 @@ def _rewrite_calls(step: ops.RewriteTable, how: str) -> list[str]:
 
 
 @attrs.frozen
-class Settings:
-    """How data operations run: the rewrite engine's settings (workers, dask, throttle,
-    progress) and a progress callback for backfills."""
+class MoveOptions:
+    """How upgrade, downgrade and stamp run, as their flags ask: whether destructive operations
+    may run (``allow_destructive``) and an older package may move the instance
+    (``allow_older``), how long to wait for a lock another run holds, and how data operations
+    run (the rewrite engine's and the reindex flow's settings, a backfill's progress)."""
 
-    rewrite: Any  # tsmigrate.rewrite.planned.RewriteSettings
-    backfill_progress: Callable[[Any], None] | None = None
+    allow_destructive: bool = False
+    allow_older: bool = False
+    lock_timeout_s: float = 0.0
+    rewrite: RewriteSettings = attrs.field(factory=RewriteSettings)
     reindex: flow.ReindexSettings = attrs.field(factory=flow.ReindexSettings)
+    backfill_progress: Callable[[Any], None] | None = None
 
 
 Progress = Callable[[str, int, int, Any], None]  # (revision, number, total, operation)
@@ -336,23 +342,22 @@ class Outcome:
     rewrites: tuple[Any, ...] = ()
 
 
-def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], Move], *,
-        package: Package, settings: Settings, allow_destructive: bool = False,
-        allow_older: bool = False, lock_timeout_s: float = 0.0,
+def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], Move],
+        options: MoveOptions = MoveOptions(), *, package: Package,
         on_lock_wait: Callable[[Any], None] | None = None,
         progress: Progress | None = None) -> Outcome:
     """Take apply's lock, read what is applied, plan the move (``make_move``), refuse what must
     not run, then run each revision's operations and record them."""
     state = State(client)
     state.ensure_table()
-    note = state.acquire(lock_timeout_s, on_lock_wait) or ""
+    note = state.acquire(options.lock_timeout_s, on_lock_wait) or ""
     try:
         with state.keep_lease() as lease:
             last = read_applied(client)
-            if not allow_older:
+            if not options.allow_older:
                 check_package(package, last)
             move = make_move(last)
-            refusals(move, allow_destructive=allow_destructive)
+            refusals(move, allow_destructive=options.allow_destructive)
             interrupted = state.mark_interrupted()
             # `history` names this run on the killed ones it takes up (issue 24).
             state.resumes = {r["id"].split("-")[1] for r in interrupted
@@ -363,7 +368,7 @@ def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], 
             executed, rewrites = 0, []
             applied = set(move.start)
             for collected in move.steps:
-                done, ready = _run_revision(client, directory, state, lease, collected, settings, progress)
+                done, ready = _run_revision(client, directory, state, lease, collected, options, progress)
                 executed += done
                 rewrites += ready
                 if move.direction == "upgrade":
@@ -384,7 +389,7 @@ def _run_key(rev: str) -> list[tuple[str, Any]]:
 
 
 def _run_revision(client: Any, directory: ScriptDirectory, state: State, lease: Any,
-                  collected: Collected, settings: Settings, progress: Progress | None
+                  collected: Collected, options: MoveOptions, progress: Progress | None
                   ) -> tuple[int, list[Any]]:
     from tsmigrate.rewrite import backfill, machine, planned
 
@@ -408,25 +413,25 @@ def _run_revision(client: Any, directory: ScriptDirectory, state: State, lease: 
                     key = f"{rev}/{direction}/{number:03d}"
                     table = adapter.inspect_table(client, op.table)
                     job = backfill.start_or_resume(client, key, table, op.reference, op.columns)
-                    rewrite_settings = settings.rewrite
+                    rewrite_settings = options.rewrite
                     spec = rewrite_settings.spec_for(client)
                     run_options = backfill.RunOptions(rewrite_settings.options.workers,
                                                       rewrite_settings.options.dask,
                                                       rewrite_settings.options.max_rows_per_s)
-                    backfill.run(client, spec, job, run_options, settings.backfill_progress)
+                    backfill.run(client, spec, job, run_options, options.backfill_progress)
                 elif isinstance(op, (TransformedRewrite, ops.RewriteTable)):
                     step = op.step if isinstance(op, TransformedRewrite) else op
                     existing = machine.load(client, step.table)
                     if existing is None or not existing.active:
                         custom = op.reference if isinstance(op, TransformedRewrite) else None
                         planned.start(client, live_catalog(client), collected.catalog_after, step, custom)
-                    ready.append(planned.run(client, step.table, settings.rewrite))
+                    ready.append(planned.run(client, step.table, options.rewrite))
                 elif isinstance(op, ops.ReindexSearchIndex):
                     # The index keeps serving while it is rebuilt: apply's reindex flow, stages
                     # checkpointed, so a killed upgrade resumes it.
                     predicted = ops.transform(predicted, op)
                     table = collected.catalog_after.table(op.table) or predicted.table(op.table)
-                    flow.start(client, table, op, settings.reindex, lease.check)
+                    flow.start(client, table, op, options.reindex, lease.check)
                 else:
                     predicted = ops.transform(predicted, op)
                     adapter.execute(client, op, predicted.table(op.table))
