@@ -26,9 +26,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 import backfill_rows as br  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
+from tsmigrate.instance.state import State  # noqa: E402
 from tsmigrate.rewrite import backfill, checkpoints  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec  # noqa: E402
-from tsmigrate.state import State  # noqa: E402
 
 KEY = "bench/000"
 FN = "backfill_fns:fill_region"

@@ -30,8 +30,8 @@ from batching import AnswerCountingClient  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
 from tsmigrate import Column, Model, PrimaryKey  # noqa: E402
+from tsmigrate.instance.retry import TsmigrateRetryPolicy  # noqa: E402
 from tsmigrate.keys import HashPrefix  # noqa: E402
-from tsmigrate.retry import TsmigrateRetryPolicy  # noqa: E402
 from tsmigrate.service import Rows, create_tables  # noqa: E402
 
 FAULTS = "server_busy@BatchWriteRow=0.1,done_timeout@BatchWriteRow=0.05,batch_row=0.05,seed=13"

@@ -3,7 +3,7 @@
 Two servers run in their own processes (`tsmigrate local serve --memory`), one answering a share
 of BatchWriteRow rows OTSServerBusy and a share of whole requests OTSNotEnoughCapacityUnit
 (`--fault`), the other clean. ``Rows.batch_write`` writes the same rows to each, alternating
-which goes first, with the production retry policy (``tsmigrate.retry.RETRY_POLICY``'s delays).
+which goes first, with the production retry policy (``tsmigrate.instance.retry.RETRY_POLICY``'s delays).
 Checked each round: every row stored once with its own values. Target (issue #25): the
 throttled batch within 1.5x of the clean one's time.
 
@@ -31,7 +31,7 @@ from batch_exactly_once import Reading  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 from serve import cpu_s_of as server_cpu  # noqa: E402
 
-from tsmigrate.retry import RETRY_POLICY  # noqa: E402
+from tsmigrate.instance.retry import RETRY_POLICY  # noqa: E402
 from tsmigrate.service import Rows, calls, create_tables  # noqa: E402
 
 FAULTS = "batch_row=0.05,capacity@BatchWriteRow=0.05,seed=25"

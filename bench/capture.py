@@ -93,7 +93,7 @@ def _service_writes(rows: int, records: int, rng: random.Random) -> list:
 
 def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
     """One round in this process's tree: prints ``records`` and ``cpu_s``."""
-    from tsmigrate.apply import apply
+    from tsmigrate.instance.apply import apply
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.job import ConnectionSpec
     from tsmigrate.rewrite.planned import RewriteSettings

@@ -26,11 +26,11 @@ logging.getLogger("tablestore").addHandler(logging.NullHandler())
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
 from tsmigrate import Column, Model, PrimaryKey  # noqa: E402
-from tsmigrate.apply import ApplyOptions, apply  # noqa: E402
-from tsmigrate.model import compile_models  # noqa: E402
+from tsmigrate.instance.apply import ApplyOptions, apply  # noqa: E402
 from tsmigrate.rewrite import cutover, driver, machine  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec  # noqa: E402
 from tsmigrate.rewrite.planned import RewriteSettings  # noqa: E402
+from tsmigrate.schema.model import compile_models  # noqa: E402
 from tsmigrate.service import Rows, routing  # noqa: E402
 
 

@@ -81,11 +81,11 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
     per lease) against Rows that never route, same table, interleaved blocks."""
     import os
 
-    from tsmigrate.apply import ApplyOptions, apply
-    from tsmigrate.model import compile_models
+    from tsmigrate.instance.apply import ApplyOptions, apply
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.job import ConnectionSpec
     from tsmigrate.rewrite.planned import RewriteSettings
+    from tsmigrate.schema.model import compile_models
 
     os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_ID", AK_ID)
     os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_SECRET", AK_SECRET)

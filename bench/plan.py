@@ -35,12 +35,12 @@ logging.getLogger("tablestore").addHandler(logging.NullHandler())
 import tablestore as ts  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
-from tsmigrate import adapter  # noqa: E402
-from tsmigrate.discover import import_models  # noqa: E402
-from tsmigrate.model import compile_models  # noqa: E402
-from tsmigrate.pacing import paced  # noqa: E402
-from tsmigrate.plan import make_plan  # noqa: E402
+from tsmigrate.instance import adapter  # noqa: E402
+from tsmigrate.instance.pacing import paced  # noqa: E402
+from tsmigrate.planning.plan import make_plan  # noqa: E402
 from tsmigrate.schema import Catalog  # noqa: E402
+from tsmigrate.schema.discover import import_models  # noqa: E402
+from tsmigrate.schema.model import compile_models  # noqa: E402
 
 # The installed CLI, except that every OTSClient it makes has the SDK's retries off.
 NO_RETRY_CLI = """

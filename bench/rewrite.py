@@ -60,8 +60,9 @@ from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E4
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
+from tsmigrate.instance.rawclient import RawClient  # noqa: E402
+from tsmigrate.instance.state import State  # noqa: E402
 from tsmigrate.local.plainbuffer import HEADER, assemble_row, encode_cell, encode_primary_key_cells  # noqa: E402
-from tsmigrate.rawclient import RawClient  # noqa: E402
 from tsmigrate.rewrite import splits  # noqa: E402
 from tsmigrate.rewrite.copy import read_page, versions  # noqa: E402
 from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill  # noqa: E402
@@ -69,7 +70,6 @@ from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob  # noqa: E402
 from tsmigrate.rewrite.transform import build  # noqa: E402
 from tsmigrate.rewrite.writer import BatchWriter  # noqa: E402
 from tsmigrate.schema import PrimaryKeyColumn, Table  # noqa: E402
-from tsmigrate.state import State  # noqa: E402
 
 SOURCE = Table("serp_snapshots", [PrimaryKeyColumn("request_id", "STRING")])
 NAIVE_ROWS = 10_000  # the naive loop's rate is flat: a sample of rows is enough
@@ -196,7 +196,8 @@ def rewrite_phase(endpoint: str, target: str, workers: int, kind: str, out: Any)
 # loaded then: their memory is measured apart from this process's, and files changing under a
 # long run (a rebase) do not change the code it measures.
 FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(["tsmigrate.rewrite.executors", "tsmigrate.rewrite.copy", "tsmigrate.state"])
+FORKS.set_forkserver_preload(["tsmigrate.rewrite.executors", "tsmigrate.rewrite.copy",
+                              "tsmigrate.instance.state"])
 
 
 def rewrite(endpoint: str, target: str, workers: int, kind: str, server: int) -> dict:

@@ -22,8 +22,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from tsmigrate import model as model_module
+import tsmigrate
 from tsmigrate.cli import main
+from tsmigrate.schema import model as model_module
 from tsmigrate.versions import scripts as scripts_module
 
 # Modules under these stay imported between runs: the interpreter's, the installed packages' and
@@ -31,7 +32,7 @@ from tsmigrate.versions import scripts as scripts_module
 # forgotten after it, as it would be with the process.
 _KEPT_ROOTS = tuple(
     str(Path(p).resolve())
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(model_module.__file__).parent}
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(tsmigrate.__file__).parent}
 )
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import ApplyOptions, apply
-from tsmigrate.model import compile_models
+from tsmigrate.instance.apply import ApplyOptions, apply
 from tsmigrate.rewrite import cutover, driver, machine
 from tsmigrate.rewrite.planned import RewriteSettings
+from tsmigrate.schema.model import compile_models
 from tsmigrate.service import Rows, routing
 
 IDENTITY = "local:test"

@@ -12,10 +12,10 @@ from typing import Any
 
 import tablestore as ts
 
+from tsmigrate.instance.state import State
 from tsmigrate.keys import Concat, HashPrefix
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import AttributeColumn, PrimaryKeyColumn, Table, TableOptions
-from tsmigrate.state import State
 
 YEAR_S = 366 * 86400
 # Readings keyed by a hashed device id, rewritten to (device, zero-padded seq) concatenated.

@@ -51,7 +51,7 @@ from tsmigrate.schema import (
     Table,
     TableOptions,
 )
-from tsmigrate.validate import (
+from tsmigrate.schema.validate import (
     INDEX_KEY_TYPES,
     INT32_MAX,
     MAX_RESERVED_CU,

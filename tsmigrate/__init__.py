@@ -10,7 +10,7 @@ import logging as _logging
 for _name in ("tablestore.encoder", "tablestore.decoder"):
     _logging.getLogger(_name).setLevel(_logging.ERROR)
 
-from tsmigrate.model import (  # noqa: E402 (after the SDK logger is set)
+from tsmigrate.schema.model import (  # noqa: E402 (after the SDK logger is set)
     AccessPattern,
     Column,
     GlobalIndex,

@@ -13,10 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from strategies import valid_catalogs, valid_tables
 
-from tsmigrate.adopt import class_name, model_sources, table_source, write_models
 from tsmigrate.errors import ConfigError
 from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
-from tsmigrate.model import Model, compile_models, registered_models
 from tsmigrate.schema import (
     Catalog,
     DefinedColumn,
@@ -26,6 +24,8 @@ from tsmigrate.schema import (
     Table,
     physical_table,
 )
+from tsmigrate.schema.adopt import class_name, model_sources, table_source, write_models
+from tsmigrate.schema.model import Model, compile_models, registered_models
 
 _modules = itertools.count()
 
@@ -158,7 +158,7 @@ def test_module_names_never_collide_nor_replace_the_package(tmp_path):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(catalog=valid_catalogs(max_tables=3, min_tables=1))
 def test_a_written_package_imports_back_to_the_catalog(tmp_path_factory, catalog):
-    from tsmigrate.discover import import_models
+    from tsmigrate.schema.discover import import_models
 
     root = tmp_path_factory.mktemp("project")
     package = f"adopted_{next(_modules)}"

@@ -11,9 +11,9 @@ import pytest
 import tablestore as ts
 from click.testing import CliRunner
 
-from tsmigrate import adapter
-from tsmigrate.apply import ApplyFailed, ApplyHooks, ApplyInterrupted, apply
 from tsmigrate.cli import main
+from tsmigrate.instance import adapter
+from tsmigrate.instance.apply import ApplyFailed, ApplyHooks, ApplyInterrupted, apply
 from tsmigrate.schema import Catalog, PrimaryKeyColumn, Table
 
 IDENTITY = "local:test"

@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 
 from tsmigrate import __version__
 from tsmigrate.cli import main
-from tsmigrate.discover import import_models
-from tsmigrate.model import compile_models
+from tsmigrate.schema.discover import import_models
+from tsmigrate.schema.model import compile_models
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tsmigrate.cli import main
-from tsmigrate.config import load_project
 from tsmigrate.errors import ConfigError
+from tsmigrate.schema.config import load_project
 
 MODELS = """
 from tsmigrate import Model, PrimaryKey

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from strategies import catalog_changes, valid_catalogs
 
-from tsmigrate.drift import CHANGED, EXTRA, MISSING, TableDrift, drift
+from tsmigrate.planning.drift import CHANGED, EXTRA, MISSING, TableDrift, drift
 from tsmigrate.schema import Catalog, SecondaryIndex, StreamSpec, TableOptions, physical
 
 

@@ -49,3 +49,29 @@ def test_relative_imports_resolve_from_modules_and_packages(tmp_path):
     assert cycles.import_graph(package) == {
         "pkg": {"pkg.sub.b"}, "pkg.sub": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.c"}, "pkg.c": set(),
     }
+
+
+def _top_level() -> set[str]:
+    package = REPO / "tsmigrate"
+    return {p.name for p in package.iterdir() if p.name != "__pycache__" and not p.name.endswith(".pyc")}
+
+
+def _readme_layout() -> list[str]:
+    """The entries the README's Layout section lists under ``tsmigrate/``, in order."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("## Layout"):]
+    block = block[block.index("```\ntsmigrate/\n") + len("```\ntsmigrate/\n"):]
+    entries = []
+    for line in block.splitlines():
+        if not line.startswith("  "):
+            break
+        if not line.startswith("   "):
+            entries.append(line.split()[0].rstrip("/"))
+    return entries
+
+
+def test_the_top_level_shows_at_most_fifteen_entries_each_in_the_readme():
+    assert len(_top_level()) <= 15, sorted(_top_level())
+    listed = _readme_layout()
+    assert len(listed) == len(set(listed))
+    assert set(listed) == _top_level()

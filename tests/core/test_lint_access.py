@@ -15,9 +15,8 @@ from tsmigrate.errors import ConfigError, SchemaError
 from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.lint import LintConfig, run_lint
 from tsmigrate.lint.access import key_serves, routes
-from tsmigrate.model import compile_models
-from tsmigrate.plan import make_plan
-from tsmigrate.planrender import plan_json, plan_markdown, plan_text
+from tsmigrate.planning.plan import make_plan
+from tsmigrate.planning.planrender import plan_json, plan_markdown, plan_text
 from tsmigrate.schema import (
     AccessPattern,
     AttributeColumn,
@@ -31,6 +30,7 @@ from tsmigrate.schema import SearchField as Field
 from tsmigrate.schema import (
     SearchIndex as SearchIndexIR,
 )
+from tsmigrate.schema.model import compile_models
 
 PK = PrimaryKeyColumn
 

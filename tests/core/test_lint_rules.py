@@ -12,13 +12,11 @@ import pytest
 from samples import DAY, events
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.discover import import_models
 from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.lint import RULES, Finding, run_lint
 from tsmigrate.lint.indexes import LIMITS, PREREQUISITES
 from tsmigrate.lint.names import has_few_values, is_money, is_payload, is_sequence, is_time_like
-from tsmigrate.model import compile_models
-from tsmigrate.plan import make_plan
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import (
     BINARY,
     DOUBLE,
@@ -36,6 +34,8 @@ from tsmigrate.schema import (
     Table,
     TableOptions,
 )
+from tsmigrate.schema.discover import import_models
+from tsmigrate.schema.model import compile_models
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,10 +22,8 @@ from tsmigrate import (
     SearchField,
     SearchIndex,
 )
-from tsmigrate.discover import import_models
 from tsmigrate.errors import KeyDerivationError, Problem, SchemaError
 from tsmigrate.keys import Concat, HashPrefix, TimeBucket
-from tsmigrate.model import AUTO_INCREMENT, compile_models, parse_duration, registered_models
 from tsmigrate.schema import (
     ASC,
     DESC,
@@ -40,6 +38,8 @@ from tsmigrate.schema import (
 from tsmigrate.schema import (
     AccessPattern as AccessPatternIR,
 )
+from tsmigrate.schema.discover import import_models
+from tsmigrate.schema.model import AUTO_INCREMENT, compile_models, parse_duration, registered_models
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 86400

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tsmigrate.pacing import TABLE_OPERATIONS, PacedConnection, Pacer
+from tsmigrate.instance.pacing import TABLE_OPERATIONS, PacedConnection, Pacer
 
 
 def test_no_window_holds_more_than_the_limit_across_threads():

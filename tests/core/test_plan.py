@@ -7,11 +7,11 @@ import json
 import pytest
 from samples import DAY, events
 
-from tsmigrate import ops
 from tsmigrate.errors import SchemaError
 from tsmigrate.keys import HashPrefix
-from tsmigrate.plan import make_plan
-from tsmigrate.planrender import plan_json, plan_markdown, plan_text
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import make_plan
+from tsmigrate.planning.planrender import plan_json, plan_markdown, plan_text
 from tsmigrate.schema import (
     Catalog,
     DefinedColumn,

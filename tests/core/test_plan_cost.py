@@ -13,7 +13,7 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import splits
 from tsmigrate.rewrite.copy import read_page
 

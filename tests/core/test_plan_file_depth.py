@@ -9,7 +9,7 @@ from pathlib import Path
 import clirun
 import pytest
 
-from tsmigrate.planfile import MAX_NESTING, _nesting
+from tsmigrate.planning.planfile import MAX_NESTING, _nesting
 
 
 @pytest.fixture

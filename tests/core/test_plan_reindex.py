@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from samples import DAY, events
 
-from tsmigrate import ops
-from tsmigrate.plan import make_plan
-from tsmigrate.planrender import plan_json, plan_markdown, plan_text
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import make_plan
+from tsmigrate.planning.planrender import plan_json, plan_markdown, plan_text
 from tsmigrate.schema import (
     ASC,
     DESC,

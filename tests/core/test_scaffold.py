@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tsmigrate.scaffold import Change, InitRefused, plan_init, write
+from tsmigrate.commands.scaffold import Change, InitRefused, plan_init, write
 
 if sys.version_info >= (3, 11):
     import tomllib

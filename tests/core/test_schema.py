@@ -18,9 +18,7 @@ import strategies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.discover import import_models
 from tsmigrate.keys import HashPrefix
-from tsmigrate.model import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex, compile_models
 from tsmigrate.schema import (
     FORMAT_VERSION,
     Catalog,
@@ -31,6 +29,16 @@ from tsmigrate.schema import (
     Table,
     TableOptions,
     fingerprint,
+)
+from tsmigrate.schema.discover import import_models
+from tsmigrate.schema.model import (
+    Column,
+    GlobalIndex,
+    Model,
+    PrimaryKey,
+    SearchField,
+    SearchIndex,
+    compile_models,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -242,8 +250,8 @@ def test_fingerprint_format() -> None:
 
 FINGERPRINT_OF_EXAMPLES = """
 from pathlib import Path
-from tsmigrate.discover import import_models
-from tsmigrate.model import compile_models
+from tsmigrate.schema.discover import import_models
+from tsmigrate.schema.model import compile_models
 print(compile_models(import_models(["models"], Path.cwd())).fingerprint())
 """
 

@@ -182,7 +182,7 @@ FAMILY = """
 from datetime import datetime
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.families import Monthly
+from tsmigrate.schema.families import Monthly
 
 
 class SerpSnapshot(Model, table="serp_snapshots",
@@ -196,7 +196,7 @@ class SerpSnapshot(Model, table="serp_snapshots",
 def test_show_lists_a_familys_month_tables(tmp_path) -> None:
     from datetime import datetime, timezone
 
-    from tsmigrate.families import Monthly, add_months
+    from tsmigrate.schema.families import Monthly, add_months
 
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (tmp_path / "app_models.py").write_text(FAMILY.format(archive=str(tmp_path / "archive")))

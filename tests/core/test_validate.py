@@ -1,4 +1,4 @@
-"""Every rule of ``tsmigrate.validate``: a minimal table that breaks exactly that rule (reported with
+"""Every rule of ``tsmigrate.schema.validate``: a minimal table that breaks exactly that rule (reported with
 the rule's name and the right field) and a counterpart that passes."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import strategies
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tsmigrate import validate
 from tsmigrate.errors import Problem, SchemaError
 from tsmigrate.keys import Concat, HashPrefix, TimeBucket
 from tsmigrate.schema import (
@@ -36,8 +35,9 @@ from tsmigrate.schema import (
     StreamSpec,
     Table,
     TableOptions,
+    validate,
 )
-from tsmigrate.validate import check_catalog, validate_catalog
+from tsmigrate.schema.validate import check_catalog, validate_catalog
 
 DAY = 86400
 SOURCE = "app.models.Thing"  # the model a table was compiled from

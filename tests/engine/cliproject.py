@@ -43,10 +43,10 @@ def run_process(cwd: Path, *args: str, extra_env: dict[str, str] | None = None,
 # What `tsmigrate apply` imports (about 2 s, mostly the SDK and its pure-Python protobuf): the
 # process a test kills is forked from a server that has imported it all once (`cli_process`).
 _PRELOAD = [
-    "tsmigrate.cli", "tsmigrate.adapter", "tsmigrate.apply", "tsmigrate.commands.apply",
-    "tsmigrate.planfile", "tsmigrate.planrender", "tsmigrate.reindex.flow",
+    "tsmigrate.cli", "tsmigrate.instance.adapter", "tsmigrate.instance.apply", "tsmigrate.commands.apply",
+    "tsmigrate.planning.planfile", "tsmigrate.planning.planrender", "tsmigrate.reindex.flow",
     "tsmigrate.reindex.progress", "tsmigrate.rewrite.driver", "tsmigrate.rewrite.planned",
-    "tsmigrate.rewrite.progress", "tsmigrate.target", "tsmigrate.local.testing",
+    "tsmigrate.rewrite.progress", "tsmigrate.instance.target", "tsmigrate.local.testing",
 ]
 
 # Runs in the forked process (``exec`` of this text: the fork server imports no test module),
@@ -194,7 +194,7 @@ def server(*options: str, instance: str = "faulty") -> Iterator[list[str]]:
 
 
 class PacingClock:
-    """The clock of tsmigrate's pacer (``tsmigrate.pacing``), on which the pacer's waits pass at
+    """The clock of tsmigrate's pacer (``tsmigrate.instance.pacing``), on which the pacer's waits pass at
     once: real time plus ``skew``, and where the pacer would sleep until a deadline, ``skew``
     grows to reach it. With a ``server`` (a ``LocalServer``), the server's clock moves on by the
     same amount, so the two clocks see the same spacing between calls as if the wait had been
@@ -231,7 +231,7 @@ class PacingClock:
         return PassingCondition()
 
     def install(self, monkeypatch: Any) -> PacingClock:
-        from tsmigrate import pacing
+        from tsmigrate.instance import pacing
 
         monkeypatch.setattr(pacing, "time", SimpleNamespace(monotonic=self.monotonic))
         monkeypatch.setattr(pacing, "threading", SimpleNamespace(Condition=self.condition))

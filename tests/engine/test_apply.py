@@ -11,18 +11,19 @@ from samples import DAY, events
 from strategies import catalog_changes
 from tablestore import Row
 
-from tsmigrate import adapter, ops
-from tsmigrate.apply import ApplyHooks, ApplyOptions, ApplyRefused, apply, live_catalog
-from tsmigrate.plan import make_plan
-from tsmigrate.planfile import plan_document
+from tsmigrate.instance import adapter
+from tsmigrate.instance.apply import ApplyHooks, ApplyOptions, ApplyRefused, apply, live_catalog
+from tsmigrate.instance.state import STATE_TABLE, LockHeld, State
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import make_plan
+from tsmigrate.planning.planfile import plan_document
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,
     SecondaryIndex,
     TableOptions,
 )
-from tsmigrate.state import STATE_TABLE, LockHeld, State
-from tsmigrate.validate import validate_catalog
+from tsmigrate.schema.validate import validate_catalog
 
 IDENTITY = "local:test"
 

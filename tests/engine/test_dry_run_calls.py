@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tsmigrate import adapter, ops
+from tsmigrate.instance import adapter
+from tsmigrate.planning import ops
 from tsmigrate.schema import (
     DefinedColumn,
     PrimaryKeyColumn,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from cliproject import CREDENTIALS, cli_process, env, project, run
 
-from tsmigrate import retry
 from tsmigrate.commands.common import EXIT_BROKEN_PIPE
-from tsmigrate.state import Owner, State
+from tsmigrate.instance import retry
+from tsmigrate.instance.state import Owner, State
 
 
 def _target(ots_instance) -> list[str]:

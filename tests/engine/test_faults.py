@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from samples import DAY, events
 from tablestore import OTSClient, OTSServiceError
 
-from tsmigrate import adapter, retry
-from tsmigrate.apply import apply, live_catalog
+from tsmigrate.instance import adapter, retry
+from tsmigrate.instance.apply import apply, live_catalog
+from tsmigrate.instance.state import STATE_TABLE, State
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.plan import make_plan
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import Catalog, SearchField, SearchIndex, physical
-from tsmigrate.state import STATE_TABLE, State
 
 IDENTITY = "local:test"
 # About 30% of requests fail, every kind mixed.

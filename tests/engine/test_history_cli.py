@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cliproject import CREDENTIALS, project, run
 
-from tsmigrate import ops
-from tsmigrate.state import STATE_TABLE, Owner, State
+from tsmigrate.instance.state import STATE_TABLE, Owner, State
+from tsmigrate.planning import ops
 
 
 def _target(ots_instance) -> list[str]:

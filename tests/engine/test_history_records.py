@@ -12,8 +12,8 @@ import cutover_tables as ct
 import pytest
 from cliproject import CREDENTIALS, kill_apply_midway, project, run
 
-from tsmigrate import ops
-from tsmigrate.state import Owner, State
+from tsmigrate.instance.state import Owner, State
+from tsmigrate.planning import ops
 
 
 def _cli(proj: Path, ots_instance, *args: str):
@@ -200,7 +200,7 @@ def test_a_rewrite_command_left_started_is_running_while_its_process_runs(tmp_pa
     import subprocess
     import sys
 
-    from tsmigrate.records import Action
+    from tsmigrate.instance.records import Action
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)

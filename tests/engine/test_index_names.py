@@ -25,7 +25,7 @@ NEW = OLD.replace('class Reading(Model, table="readings"):',
 MONTHLY = """
 from datetime import datetime
 from tsmigrate import Column, GlobalIndex, Model, PrimaryKey
-from tsmigrate.families import Monthly
+from tsmigrate.schema.families import Monthly
 
 class Snap(Model, table="snaps", family=Monthly("captured_at", ahead=1)):
     keyword = PrimaryKey(str)

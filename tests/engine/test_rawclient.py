@@ -7,7 +7,7 @@ import tablestore as ts
 from tablestore.error import OTSServiceError
 from tablestore.protobuf import search_pb2
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 
 
 def _table(client: ts.OTSClient, name: str = "t", defined=(), ttl: int = -1) -> None:

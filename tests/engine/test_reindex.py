@@ -14,8 +14,8 @@ import pytest
 import tablestore as ts
 from cliproject import CREDENTIALS, cli_process, run
 
-from tsmigrate import adapter
-from tsmigrate.apply import ApplyFailed, ApplyOptions, apply
+from tsmigrate.instance import adapter
+from tsmigrate.instance.apply import ApplyFailed, ApplyOptions, apply
 from tsmigrate.reindex import checkpoint, parity
 from tsmigrate.reindex.flow import ReindexSettings
 from tsmigrate.schema import (

@@ -21,11 +21,11 @@ import tablestore as ts
 from cliproject import CREDENTIALS, cli_process, project, run
 from samples import events
 
-from tsmigrate import state as state_module
-from tsmigrate.apply import ApplyHooks, apply
-from tsmigrate.plan import make_plan
+from tsmigrate.instance import state as state_module
+from tsmigrate.instance.apply import ApplyHooks, apply
+from tsmigrate.instance.state import LOCK_KEY, STATE_TABLE, LockHeld, Owner, State, StateRowError
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import Catalog
-from tsmigrate.state import LOCK_KEY, STATE_TABLE, LockHeld, Owner, State, StateRowError
 
 IDENTITY = "local:test"
 HOUR_S = 3600

@@ -13,8 +13,8 @@ import rewrite_tables as rt
 import tablestore as ts
 from cliproject import CREDENTIALS, project, run
 
+from tsmigrate.instance.state import STATE_TABLE, State
 from tsmigrate.rewrite.job import RewriteJob
-from tsmigrate.state import STATE_TABLE, State
 
 JOB = RewriteJob("job1", rt.SOURCE, rt.TARGET, created_ms=1)
 GOOD_REWRITE = {"source": "readings", "phase": "ready", "version": 3,
@@ -174,8 +174,8 @@ def test_state_remove_every_other_kind_of_row(tmp_path: Path, ots_instance):
 def test_a_service_write_stops_with_routing_unavailable_on_a_malformed_row(ots_instance, monkeypatch):
     from cutover_tables import IDENTITY, Counter
 
-    from tsmigrate.apply import apply
-    from tsmigrate.model import compile_models
+    from tsmigrate.instance.apply import apply
+    from tsmigrate.schema.model import compile_models
     from tsmigrate.service import Rows, routing
 
     routing.clear()

@@ -15,7 +15,7 @@ import rewrite_tables as rt
 import tablestore as ts
 from cliproject import CREDENTIALS, project, run
 
-from tsmigrate.state import LOCK_KEY, STATE_TABLE, Owner, State
+from tsmigrate.instance.state import LOCK_KEY, STATE_TABLE, Owner, State
 
 
 def _target(ots_instance) -> list[str]:

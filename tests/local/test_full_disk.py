@@ -24,10 +24,10 @@ from tablestore import OTSClient, Row
 from tablestore.error import OTSServiceError
 from tablestore.retry import NoRetryPolicy
 
+from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.local import server as server_module
 from tsmigrate.local.storage import RESERVE_FILE, Storage
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
-from tsmigrate.state import STATE_TABLE
 
 NO_LIMIT = 1_073_741_823  # SQLite's default max_page_count
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from tablestore import CapacityUnit, OTSClient, ReservedThroughput, Row, TableMeta, TableOptions
 
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local import streams
 from tsmigrate.local.testing import LocalTablestore
-from tsmigrate.rawclient import RawClient
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 

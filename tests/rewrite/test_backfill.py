@@ -18,12 +18,12 @@ import tablestore as ts
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tsmigrate.instance.state import State
 from tsmigrate.local.plainbuffer import Cell, Row
 from tsmigrate.rewrite import backfill, checkpoints
 from tsmigrate.rewrite.backfill import BackfillError, BackfillJob, RunOptions, UpdateWriter
 from tsmigrate.rewrite.job import ConnectionSpec
 from tsmigrate.rewrite.writer import RateLimiter
-from tsmigrate.state import State
 
 TESTS = Path(__file__).resolve().parents[1]
 

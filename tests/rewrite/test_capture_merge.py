@@ -16,9 +16,9 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 
-from tsmigrate.apply import ApplyOptions, apply
+from tsmigrate.instance.apply import ApplyOptions, apply
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local.plainbuffer import decode_row, encode_cell
-from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture, driver, machine, writer
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.rewrite.rowbytes import cell_value

@@ -14,7 +14,7 @@ import pytest
 import tablestore as ts
 from cutover_tables import Counter, CounterV2
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import cutover, driver, machine, reverse
 from tsmigrate.service import Rows, routing
 

@@ -89,11 +89,12 @@ SEED = 20240611
 MAX_OPS = 5000  # a worker's bound, far above what the stages need (a few hundred)
 # What the worker processes import, once, in the fork server they are forked from; with what
 # tests/engine/cliproject.py preloads, for whichever of the two starts the shared fork server.
-PRELOAD = ["tablestore", "pytest", "tsmigrate.apply", "tsmigrate.model", "tsmigrate.service",
-           "tsmigrate.rewrite.cutover", "tsmigrate.rewrite.driver", "tsmigrate.rewrite.planned",
-           "tsmigrate.cli", "tsmigrate.adapter", "tsmigrate.commands.apply", "tsmigrate.planfile",
-           "tsmigrate.planrender", "tsmigrate.reindex.flow", "tsmigrate.reindex.progress",
-           "tsmigrate.rewrite.progress", "tsmigrate.target", "tsmigrate.local.testing"]
+PRELOAD = ["tablestore", "pytest", "tsmigrate.instance.apply", "tsmigrate.schema.model",
+           "tsmigrate.service", "tsmigrate.rewrite.cutover", "tsmigrate.rewrite.driver",
+           "tsmigrate.rewrite.planned", "tsmigrate.cli", "tsmigrate.instance.adapter",
+           "tsmigrate.commands.apply", "tsmigrate.planning.planfile", "tsmigrate.planning.planrender",
+           "tsmigrate.reindex.flow", "tsmigrate.reindex.progress", "tsmigrate.rewrite.progress",
+           "tsmigrate.instance.target", "tsmigrate.local.testing"]
 
 
 MODELS, KINDS = ("old", "new"), ("inc", "note")

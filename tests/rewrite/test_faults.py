@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import rewrite_tables as rt
 
+from tsmigrate.instance.retry import RETRY_POLICY, TsmigrateRetryPolicy
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.executors import InProcessExecutor, run_backfill
 from tsmigrate.rewrite.verify import verify

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 import tablestore as ts
 
-from tsmigrate import adapter, ops
-from tsmigrate.apply import apply
+from tsmigrate.instance import adapter
+from tsmigrate.instance.apply import apply
+from tsmigrate.planning import ops
 from tsmigrate.rewrite import driver, executors, functions, planned
 from tsmigrate.rewrite.functions import FunctionError
 from tsmigrate.rewrite.planned import RewriteSettings
@@ -44,7 +45,7 @@ def test_a_script_function_is_referenced_by_its_file_and_loaded_again(tmp_path) 
     ref = functions.reference(fn, "transform")
     assert ref == f"{path.resolve()}:by_region"
     assert functions.resolve(ref)({"code": "17"})["region"] == "eu"
-    assert functions.reference(adapter.inspect, "x") == "tsmigrate.adapter:inspect"
+    assert functions.reference(adapter.inspect, "x") == "tsmigrate.instance.adapter:inspect"
     with pytest.raises(FunctionError, match="top level"):
         functions.reference(lambda v: v, "op.rewrite_table's transform")
     with pytest.raises(FunctionError, match="cannot be loaded"):

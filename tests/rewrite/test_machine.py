@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tsmigrate.instance.state import State
 from tsmigrate.rewrite import machine
-from tsmigrate.state import State
 
 
 @given(st.lists(st.sampled_from(machine.PHASES), max_size=12))

@@ -17,11 +17,11 @@ import pytest
 import rewrite_tables as rt
 from rich.console import Console
 
-from tsmigrate import adapter
+from tsmigrate.instance import adapter
+from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.executors import BackfillProgress
 from tsmigrate.rewrite.progress import ApplyProgress
-from tsmigrate.state import STATE_TABLE
 
 TARGET = "readings_by_seq"
 LINE = re.compile(r"rewrite backfill: ([\d,]+) of about ([\d,]+) rows, ([\d,]+) rows/s, ETA (\d+:\d\d:\d\d)")
@@ -172,7 +172,7 @@ def _wait_for_lines(out: StringIO, pattern: str, count: int, deadline_s: float =
 
 def test_a_step_that_reports_rarely_is_still_heard(monkeypatch):
     """The thread prints the latest state every interval, whether or not new reports came."""
-    from tsmigrate.pipeprogress import PipeProgress
+    from tsmigrate.instance.pipeprogress import PipeProgress
 
     monkeypatch.setenv("TSMIGRATE_PROGRESS_EVERY_S", "0.05")
     out = StringIO()

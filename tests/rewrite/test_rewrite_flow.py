@@ -12,10 +12,10 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.apply import ApplyOptions, apply
+from tsmigrate.instance.apply import ApplyOptions, apply
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.keys import HashPrefix
 from tsmigrate.local import streams
-from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import capture, checkpoints, driver, machine, prepare
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog
@@ -350,7 +350,7 @@ def test_writers_and_deleters_throughout_the_whole_sequence(ots_instance):
 @pytest.mark.slow
 def test_with_injected_throttling_and_failed_batch_rows_the_target_equals_the_source(
         ots_instance, ots_server_options, monkeypatch):
-    from tsmigrate import retry
+    from tsmigrate.instance import retry
     from tsmigrate.local.faults import FaultPlan
 
     # Retried as ever, only without the back-off a real service needs (seconds, here).

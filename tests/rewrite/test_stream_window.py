@@ -19,7 +19,7 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import copy, cost, machine
 from tsmigrate.rewrite.cost import Projection, StreamTooShort, check_stream
 from tsmigrate.schema import StreamSpec

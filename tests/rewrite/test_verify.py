@@ -59,7 +59,7 @@ def test_missing_different_and_extra_target_rows_are_named(ots_instance) -> None
 
 def test_two_source_rows_for_one_target_key_are_a_collision_naming_both(ots_instance) -> None:
     client = ots_instance.client()
-    from tsmigrate.state import State
+    from tsmigrate.instance.state import State
 
     State(client).ensure_table()
     source = Table("pairs", [PrimaryKeyColumn("a", "STRING"), PrimaryKeyColumn("b", "INTEGER")])

@@ -5,7 +5,7 @@ from collections import Counter
 from tablestore import OTSClient
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import rawclient
+from tsmigrate.instance import rawclient
 from tsmigrate.local.plainbuffer import decode_row
 
 

@@ -54,11 +54,11 @@ def retry_waits(monkeypatch):
     in a row)."""
     import tablestore.client
 
-    import tsmigrate.retry
-    from tsmigrate import rawclient
+    import tsmigrate.instance.retry
+    from tsmigrate.instance import rawclient
     from tsmigrate.service import calls
 
     skipped = SkippedWaits()
-    for module in (tablestore.client, rawclient, calls, tsmigrate.retry):
+    for module in (tablestore.client, rawclient, calls, tsmigrate.instance.retry):
         monkeypatch.setattr(module, "time", skipped)
     return skipped.waits

@@ -4,9 +4,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from tsmigrate import Column, GlobalIndex, LocalIndex, Model, PrimaryKey, SearchField, SearchIndex
-from tsmigrate.families import Monthly
+from tsmigrate.instance.retry import TsmigrateRetryPolicy
 from tsmigrate.keys import Descending, HashPrefix, TimeBucket
-from tsmigrate.retry import TsmigrateRetryPolicy
+from tsmigrate.schema.families import Monthly
 
 # Retries without the production delays, so that fault-injection tests stay quick.
 FAST = TsmigrateRetryPolicy(max_retries=30, base_delay_s=0.001, throttled_delay_s=0.001,

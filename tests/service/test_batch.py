@@ -8,8 +8,8 @@ from batching import AnswerCountingClient
 from service_models import FAST, Account, Reading, Tick
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.instance.retry import RETRY_POLICY
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.retry import RETRY_POLICY
 from tsmigrate.service import AsyncRows, Attr, Rows, Update, create_tables
 
 

@@ -11,12 +11,12 @@ from service_models import FAST
 from tablestore import metadata as md
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import ApplyOptions, apply, live_catalog
 from tsmigrate.errors import ApplyRefused
-from tsmigrate.families import Monthly
-from tsmigrate.model import compile_models
-from tsmigrate.ops import DESTRUCTIVE, CreateTable, RetireTable
-from tsmigrate.plan import make_plan
+from tsmigrate.instance.apply import ApplyOptions, apply, live_catalog
+from tsmigrate.planning.ops import DESTRUCTIVE, CreateTable, RetireTable
+from tsmigrate.planning.plan import make_plan
+from tsmigrate.schema.families import Monthly
+from tsmigrate.schema.model import compile_models
 from tsmigrate.service import Range, Rows, create_tables
 
 SEP = datetime(2026, 9, 15, tzinfo=timezone.utc)
@@ -182,8 +182,8 @@ def test_family_declaration_problems_are_reported():
 
 
 def test_archive_to_an_fsspec_url_and_restore_with_old_timestamps(ots_instance, family):
-    from tsmigrate.adapter import inspect_table
-    from tsmigrate.archive import archive_table
+    from tsmigrate.instance.adapter import inspect_table
+    from tsmigrate.instance.archive import archive_table
     from tsmigrate.service.restore import restore_archive
 
     client = ots_instance.client()
@@ -215,7 +215,7 @@ def test_plan_command_plans_the_coming_months(tmp_path, declaration, family):
     (tmp_path / "app_models.py").write_text(
         "from datetime import date, datetime\n"
         "from tsmigrate import Column, Model, PrimaryKey\n"
-        "from tsmigrate.families import Monthly\n\n"
+        "from tsmigrate.schema.families import Monthly\n\n"
         f"class Snap(Model, table='snaps', family={family}):\n"
         "    keyword = PrimaryKey(str)\n"
         f"    {declaration}\n"

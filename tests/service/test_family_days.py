@@ -11,9 +11,9 @@ from service_models import FAST
 from tablestore import metadata as md
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.apply import ApplyOptions, apply
-from tsmigrate.families import Monthly
-from tsmigrate.model import compile_models
+from tsmigrate.instance.apply import ApplyOptions, apply
+from tsmigrate.schema.families import Monthly
+from tsmigrate.schema.model import compile_models
 from tsmigrate.service import QueryError, Range, Rows, RowValueError, create_tables
 from tsmigrate.service.restore import restore_archive
 

@@ -7,8 +7,8 @@ from tsmigrate.service import Attr
 
 
 def test_ots_models_defaults_to_the_projects_models(ots_models):
-    from tsmigrate.config import load_project
-    from tsmigrate.discover import import_models
+    from tsmigrate.schema.config import load_project
+    from tsmigrate.schema.discover import import_models
 
     project = load_project()
     expected = {m.table_name() for m in import_models(project.models, project.root)}

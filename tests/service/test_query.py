@@ -4,7 +4,7 @@ import pytest
 from service_models import FAST, Account, Event, Reading, Tick
 from tablestore import metadata as md
 
-from tsmigrate import rawclient
+from tsmigrate.instance import rawclient
 from tsmigrate.local import rows as local_rows
 from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between, wire
 from tsmigrate.service.calls import stream

@@ -7,8 +7,8 @@ import pytest
 from service_models import FAST, Account, Reading
 from tablestore import OTSClient
 
+from tsmigrate.instance.retry import RETRY_POLICY
 from tsmigrate.local.faults import FaultPlan
-from tsmigrate.retry import RETRY_POLICY
 from tsmigrate.service import (
     AlreadyExists,
     Attr,

@@ -14,7 +14,7 @@ def unpaced(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands run in this process do not pace their table-level calls to the service's limit
     (10 a second): the local server has none, and waiting for the pacer only costs seconds.
     `tests/core/test_pacing.py` tests the pacer itself."""
-    monkeypatch.setattr("tsmigrate.target.paced", lambda client, per_second: client)
+    monkeypatch.setattr("tsmigrate.instance.target.paced", lambda client, per_second: client)
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from strategies import catalog_changes, valid_catalogs
 
-from tsmigrate import ops
-from tsmigrate.plan import make_plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import Catalog, DefinedColumn, PrimaryKeyColumn, Table, TableOptions
 from tsmigrate.versions import autogen
 from tsmigrate.versions.errors import IrreversibleError

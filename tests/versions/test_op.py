@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from scriptdir import write_script
 
-from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex, ops
+from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex
 from tsmigrate.keys import HashPrefix
-from tsmigrate.model import compile_models
-from tsmigrate.plan import make_plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import (
     Catalog,
     DefinedColumn,
@@ -20,6 +20,7 @@ from tsmigrate.schema import (
 )
 from tsmigrate.schema import SearchField as IRField
 from tsmigrate.schema import SearchIndex as IRSearchIndex
+from tsmigrate.schema.model import compile_models
 from tsmigrate.versions.errors import IrreversibleError, OperationError, ReplayError
 from tsmigrate.versions.op import Backfill, Operations, TransformedRewrite
 from tsmigrate.versions.replay import apply_operations, collect, replay

@@ -309,7 +309,7 @@ def test_a_sum_file_with_conflict_markers_fails_check_on_the_sum(proj):
 
 FAMILY_MODELS = """
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.families import Monthly
+from tsmigrate.schema.families import Monthly
 
 class Plain(Model, table='plain'):
     id = PrimaryKey(str)

@@ -18,10 +18,10 @@ import tablestore as ts
 from cliproject import CREDENTIALS, env, run
 from scriptdir import write_script
 
+from tsmigrate.instance.state import STATE_TABLE, State
 from tsmigrate.local.plainbuffer import decode_rows
 from tsmigrate.local.testing import local_tablestore
 from tsmigrate.rewrite import backfill, checkpoints
-from tsmigrate.state import STATE_TABLE, State
 
 REGIONS = ("eu", "us", "ap")
 MODEL = """
@@ -282,7 +282,7 @@ def test_an_upgrade_killed_during_a_backfill_continues_where_it_stopped(
 
 
 def _backfills(client: ts.OTSClient) -> list:
-    from tsmigrate import adapter
+    from tsmigrate.instance import adapter
 
     return adapter.scan_prefix(client, "tsmigrate_state", ("kind", "backfill"), "id")
 

@@ -27,7 +27,7 @@ from tsmigrate.commands.common import (
     with_target,
 )
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.render import duration
+from tsmigrate.schema.render import duration
 
 
 class InterruptedOutsideSteps(TsmigrateError):
@@ -94,7 +94,7 @@ def apply_options(flags: Mapping[str, Any], *, rewrite_report: Any = None,
                   reindex_report: Any = None) -> Any:
     """The ``ApplyOptions`` apply's flags ask for (``rewrite_report`` and ``reindex_report``
     show progress); the command adds the lint settings and the rewrite workers' connection."""
-    from tsmigrate.apply import ApplyOptions
+    from tsmigrate.instance.apply import ApplyOptions
     from tsmigrate.reindex.flow import ReindexSettings, parse_weights
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.planned import RewriteSettings
@@ -149,14 +149,14 @@ def apply_command(models, project, choice, plan_file, yes, fmt, **flags):
     that --allow-destructive acknowledges. A failed or interrupted run names the step and
     what was done before it; running apply again continues from the live state.
     """
-    from tsmigrate import adapter
-    from tsmigrate.apply import ApplyFailed, ApplyHooks, ApplyRefused, apply
-    from tsmigrate.planfile import read_plan_file
-    from tsmigrate.planrender import findings_text, plan_text
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.apply import ApplyFailed, ApplyHooks, ApplyRefused, apply
+    from tsmigrate.instance.target import connect
+    from tsmigrate.planning.planfile import read_plan_file
+    from tsmigrate.planning.planrender import findings_text, plan_text
     from tsmigrate.reindex.progress import ReindexProgress
     from tsmigrate.rewrite import driver
     from tsmigrate.rewrite.progress import ApplyProgress, next_step
-    from tsmigrate.target import connect
 
     as_json = fmt == "json"
     # Human output goes to stderr under --format json, so stdout holds only the JSON result.
@@ -188,7 +188,7 @@ def apply_command(models, project, choice, plan_file, yes, fmt, **flags):
     rewrite_progress = ApplyProgress(err_console)
     reindex_progress = ReindexProgress(err_console)
     try:
-        from tsmigrate.config import load_project
+        from tsmigrate.schema.config import load_project
 
         if load_project(project).versioned:
             raise ApplyRefused(

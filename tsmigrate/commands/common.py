@@ -101,11 +101,11 @@ target_options = [
 
 def with_target(command: F) -> F:
     """--target, --endpoint and --instance, handed to the command as one ``choice``
-    (``tsmigrate.target.TargetChoice``)."""
+    (``tsmigrate.instance.target.TargetChoice``)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from tsmigrate.target import TargetChoice
+        from tsmigrate.instance.target import TargetChoice
 
         kwargs["choice"] = TargetChoice(kwargs.pop("target_name"), kwargs.pop("endpoint"),
                                         kwargs.pop("instance"))
@@ -120,9 +120,9 @@ def with_target(command: F) -> F:
 def connected(project_dir: Path | None, choice: Any) -> Iterator[tuple[Any, Any]]:
     """(client, target) for a command's target (a ``TargetChoice``), the SDK's errors turned
     into TargetError."""
-    from tsmigrate import adapter
-    from tsmigrate.config import load_project
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
+    from tsmigrate.schema.config import load_project
 
     project = load_project(project_dir)
     target = choice.resolve(project)
@@ -133,9 +133,9 @@ def connected(project_dir: Path | None, choice: Any) -> Iterator[tuple[Any, Any]
 def load_catalog(project_dir: Path | None, models: tuple[str, ...],
                  tolerate: frozenset[str] = frozenset()):
     """The project and the catalog its models compile to."""
-    from tsmigrate.config import load_project
-    from tsmigrate.discover import import_models
-    from tsmigrate.model import compile_models
+    from tsmigrate.schema.config import load_project
+    from tsmigrate.schema.discover import import_models
+    from tsmigrate.schema.model import compile_models
 
     project = load_project(project_dir, models)
     return project, compile_models(import_models(project.models, project.root), tolerate=tolerate)
@@ -143,7 +143,7 @@ def load_catalog(project_dir: Path | None, models: tuple[str, ...],
 
 def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
     """The project and its migration scripts (``migrations`` of the configuration)."""
-    from tsmigrate.config import load_project
+    from tsmigrate.schema.config import load_project
     from tsmigrate.versions.scripts import ScriptDirectory
 
     project = load_project(project_dir, models)
@@ -152,9 +152,9 @@ def script_directory(project_dir: Path | None, models: tuple[str, ...] = ()):
 
 def inspect_target(project, choice):
     """The target and its live catalog (read calls only)."""
-    from tsmigrate import adapter
-    from tsmigrate.apply import live_catalog
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.apply import live_catalog
+    from tsmigrate.instance.target import connect
 
     target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:
@@ -164,9 +164,9 @@ def inspect_target(project, choice):
 def plan_inputs(project, choice):
     """The target, its live catalog and the replaced tables whose rewrite has finished (which
     ``--prune`` may drop): what ``make_plan`` needs (read calls only)."""
-    from tsmigrate import adapter
-    from tsmigrate.apply import finished_rewrites, live_catalog
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.apply import finished_rewrites, live_catalog
+    from tsmigrate.instance.target import connect
 
     target = choice.resolve(project)
     with adapter.service_errors(target.describe()), connect(project, target) as client:

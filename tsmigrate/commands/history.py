@@ -31,11 +31,11 @@ def history_command(project, choice, limit, fmt, revisions):
     With --revisions (the default in versioned mode): the revision scripts, newest first, each
     as `parents -> revision (head, merge)  message`.
     """
-    from tsmigrate.history import history_json, history_text, live_owner, newest_first, runs
-    from tsmigrate.state import State
+    from tsmigrate.instance.history import history_json, history_text, live_owner, newest_first, runs
+    from tsmigrate.instance.state import State
 
     if revisions is None:
-        from tsmigrate.config import load_project
+        from tsmigrate.schema.config import load_project
 
         revisions = load_project(project).settings.get("workflow") == "versioned"
     if revisions:
@@ -62,7 +62,7 @@ def _rewrite_runners(client: object) -> set[str]:
     """The processes driving rewrites now (their commands' runs are running); none when the
     rewrite rows cannot be read (`tsmigrate rewrite status` names a malformed one)."""
     from tsmigrate.errors import TsmigrateError
-    from tsmigrate.history import rewrite_runners
+    from tsmigrate.instance.history import rewrite_runners
     from tsmigrate.rewrite import machine
 
     try:

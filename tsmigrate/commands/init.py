@@ -28,7 +28,7 @@ def init_command(directory: Path) -> None:
     writes a models/ package with an example model and migrations/versions/. Overwrites
     nothing: when any of them exists already, it says so and changes nothing.
     """
-    from tsmigrate.scaffold import init_project
+    from tsmigrate.commands.scaffold import init_project
 
     root = directory.resolve()
     changes = init_project(root)

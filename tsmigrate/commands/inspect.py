@@ -29,12 +29,12 @@ def inspect_command(project, choice, fmt, write_models, overwrite):
     changes; nothing is written when a file exists (without --overwrite) or a model would not
     compile.
     """
-    from tsmigrate.config import load_project
-    from tsmigrate.render import catalog_text
+    from tsmigrate.schema.config import load_project
+    from tsmigrate.schema.render import catalog_text
 
     _target, live = inspect_target(load_project(project), choice)
     if write_models is not None:
-        from tsmigrate.adopt import write_models as write
+        from tsmigrate.schema.adopt import write_models as write
 
         for path in write(live, write_models, overwrite=overwrite):
             click.echo(f"wrote {path}")

@@ -26,9 +26,9 @@ def _with_rewrite_costs(project, target, live, catalog, result):
     """Estimate what each rewrite_table step copies (the ranges apply cuts, every version) and
     how long, at a rate measured on the instance; a rewrite that could outlive its source's
     stream records stops plan (StreamTooShort)."""
-    from tsmigrate import adapter
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
     from tsmigrate.rewrite.cost import with_costs
-    from tsmigrate.target import connect
 
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         return with_costs(client, result, live=live, models=catalog)
@@ -38,9 +38,9 @@ def _with_rewrites_ahead(project, target, live, catalog, result):
     """The rewrites apply would start or continue besides the steps (the state table's rows)."""
     import attrs
 
-    from tsmigrate import adapter
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
     from tsmigrate.rewrite.planned import upcoming
-    from tsmigrate.target import connect
 
     with adapter.service_errors(target.describe()), connect(project, target) as client:
         return attrs.evolve(result, rewrites=upcoming(client, live, catalog))
@@ -65,13 +65,13 @@ def plan(models, project, choice, fmt, out, prune, detailed_exitcode):
     are part of every output. Exit 3, after printing everything, when a finding is an error
     that apply refuses (errors on destructive steps are acknowledged by --allow-destructive).
     """
-    from tsmigrate.apply import blocking_findings
-    from tsmigrate.config import load_project
+    from tsmigrate.instance.apply import blocking_findings
+    from tsmigrate.instance.state import STATE_TABLE
     from tsmigrate.lint import run_lint
-    from tsmigrate.plan import make_plan
-    from tsmigrate.planfile import plan_document
-    from tsmigrate.planrender import plan_json, plan_markdown, plan_text
-    from tsmigrate.state import STATE_TABLE
+    from tsmigrate.planning.plan import make_plan
+    from tsmigrate.planning.planfile import plan_document
+    from tsmigrate.planning.planrender import plan_json, plan_markdown, plan_text
+    from tsmigrate.schema.config import load_project
 
     if load_project(project).versioned:
         from tsmigrate.commands.versioned import versioned_plan

@@ -30,11 +30,11 @@ def restore(source, project, choice, table_name):
         TimeRemainingColumn,
     )
 
-    from tsmigrate import adapter
-    from tsmigrate.config import load_project
-    from tsmigrate.pipeprogress import PipeProgress
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.pipeprogress import PipeProgress
+    from tsmigrate.instance.target import connect
+    from tsmigrate.schema.config import load_project
     from tsmigrate.service.restore import restore_archive
-    from tsmigrate.target import connect
 
     proj = load_project(Path(project) if project else None)
     target = choice.resolve(proj)

@@ -38,7 +38,7 @@ def _relative(path: Path) -> str:
 def _live_catalog(project, against: str):
     """The live schema of target ``against`` ('local': the embedded instance)."""
     from tsmigrate.commands.common import inspect_target
-    from tsmigrate.target import TargetChoice
+    from tsmigrate.instance.target import TargetChoice
 
     configured = against in project.settings.get("targets", {})
     name = against if configured or against != "local" else None
@@ -48,7 +48,7 @@ def _live_catalog(project, against: str):
 def _write_revision(directory, *, message: str, parents: list[str], bodies, expected=None) -> Path:
     """Write the script, check it loads (and replays to ``expected``), update the sum; the path."""
     from tsmigrate.errors import TsmigrateError
-    from tsmigrate.plan import make_plan
+    from tsmigrate.planning.plan import make_plan
     from tsmigrate.versions import autogen, sumfile
     from tsmigrate.versions.check import without_families
     from tsmigrate.versions.errors import ReplayError
@@ -104,7 +104,7 @@ def revision_command(message, autogenerate, against, head_spec, models, project)
     downgrade() raise with the reason until you write what to do.
     """
     from tsmigrate.errors import ConfigError
-    from tsmigrate.plan import make_plan
+    from tsmigrate.planning.plan import make_plan
     from tsmigrate.schema import Catalog
     from tsmigrate.versions import autogen, sumfile
     from tsmigrate.versions.check import without_families
@@ -284,9 +284,9 @@ def check_command(models, project, fmt):
     3 lint errors (the models', or a revision's steps'). 1: bad input (a script that does not
     import, a cycle, a missing parent, models that do not compile).
     """
-    from tsmigrate.apply import blocking_findings
+    from tsmigrate.instance.apply import blocking_findings
     from tsmigrate.lint import run_lint
-    from tsmigrate.plan import make_plan
+    from tsmigrate.planning.plan import make_plan
     from tsmigrate.versions import sumfile
     from tsmigrate.versions.check import replay_all, without_families
 

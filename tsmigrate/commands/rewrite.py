@@ -35,7 +35,7 @@ def _rewrite_of(client: Any, table: str) -> Any:
 
 def _recorded(client: Any, command: str, kind: str, target: str, risk: str = "safe") -> Any:
     """The command's run in the history, and the step of its main action (``records``)."""
-    from tsmigrate.records import Action, CommandRun
+    from tsmigrate.instance.records import Action, CommandRun
 
     run = CommandRun(client, f"rewrite {command}")
     return run, run.step(Action(kind, f"{command} {target}", target, risk))
@@ -234,7 +234,7 @@ def finish(table, project, choice, allow_destructive, force, accept_target_write
            models):
     """After switch: stop capture, put the tables' settings back (and drop the old table with
     --allow-destructive, unless the models declare it)."""
-    from tsmigrate import records
+    from tsmigrate.instance import records
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.progress import ApplyProgress
 
@@ -298,7 +298,7 @@ def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
 @reports_errors
 def abort(table, project, choice):
     """Drop the target and put the source's stream back; the source's rows are untouched."""
-    from tsmigrate import records
+    from tsmigrate.instance import records
     from tsmigrate.rewrite import driver, machine
 
     with connected(project, choice) as (client, _target):

@@ -40,7 +40,7 @@ def validate(models: tuple[str, ...], project: Path | None) -> None:
 @reports_errors
 def show(models: tuple[str, ...], project: Path | None, fmt: str) -> None:
     """Print the schema the models compile to."""
-    from tsmigrate.render import catalog_text
+    from tsmigrate.schema.render import catalog_text
 
     _project, catalog = load_catalog(project, models)
     if fmt == "json":
@@ -56,7 +56,7 @@ def _family_lines(catalog) -> list[str]:
     its table above; no table has the template's own name), and what happens to old months."""
     from datetime import datetime, timezone
 
-    from tsmigrate.model import registered_models
+    from tsmigrate.schema.model import registered_models
 
     tables = {t.source: t for t in catalog.tables}
     families = {m._qualname(): m for m in registered_models()  # a class defined again replaces
@@ -87,7 +87,7 @@ def lint(models, project, fmt):
     """
     from tsmigrate.lint import ERROR, run_lint
     from tsmigrate.lint.indexes import LIMITS, PREREQUISITES
-    from tsmigrate.planrender import findings_markdown, findings_text
+    from tsmigrate.planning.planrender import findings_markdown, findings_text
 
     # Index prerequisites and limits, and concatenated keys that break order, come back as lint
     # findings (TS-IX401, TS-IX402, TS-PK306) instead of stopping the run.

@@ -29,7 +29,7 @@ class StateRemoveRefused(TsmigrateError):
 
 def _problem(client: Any, kind: str, row_id: str, columns: dict[str, Any]) -> str | None:
     """What is wrong with the row (None: tsmigrate reads it as it is)."""
-    from tsmigrate import state
+    from tsmigrate.instance import state
     from tsmigrate.rewrite import checkpoints, machine, splits
 
     try:
@@ -69,8 +69,8 @@ def state_group() -> None:
 @reports_errors
 def remove(kind, row_id, project, choice, force):
     """Remove a malformed row of tsmigrate_state (commands name the row and this command)."""
-    from tsmigrate import adapter
-    from tsmigrate.state import STATE_TABLE
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.state import STATE_TABLE
 
     key = [("kind", kind), ("id", row_id)]
     with connected(project, choice) as (client, _target):

@@ -1,5 +1,5 @@
 """`tsmigrate status`: the target, its apply lock, the last apply, drift and rewrites in progress
-(read calls only; the sections are in ``tsmigrate.status``)."""
+(read calls only; the sections are in ``tsmigrate.instance.status``)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def status_command(project, choice, fmt):
     tsmigrate); `tsmigrate plan` compares with the models. Exit 1 when a state row is
     malformed (the other sections are still shown).
     """
-    from tsmigrate.config import load_project
-    from tsmigrate.status import SECTIONS, StatusContext, collect, status_json, status_text
+    from tsmigrate.instance.status import SECTIONS, StatusContext, collect, status_json, status_text
+    from tsmigrate.schema.config import load_project
 
     sections = SECTIONS
     if load_project(project).versioned:
@@ -48,7 +48,7 @@ def _revisions_section(project_dir):
     """The versioned workflow's section: the revision(s) the target is at, as `current` shows."""
     from tsmigrate.commands.common import script_directory
     from tsmigrate.commands.versioned import current_data, current_text
-    from tsmigrate.status import Report, Section
+    from tsmigrate.instance.status import Report, Section
     from tsmigrate.versions import runner
 
     _project, directory = script_directory(project_dir)

@@ -15,10 +15,10 @@ from tsmigrate.commands.common import project_option, reports_errors, with_targe
 @reports_errors
 def unlock_command(project, choice, force):
     """Release the apply lock (a live holder only with --force)."""
-    from tsmigrate import adapter
-    from tsmigrate.config import load_project
-    from tsmigrate.state import State
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.state import State
+    from tsmigrate.instance.target import connect
+    from tsmigrate.schema.config import load_project
 
     proj = load_project(project)
     target = choice.resolve(proj)

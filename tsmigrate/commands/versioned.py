@@ -78,10 +78,10 @@ class _Report:
 
 def _move(command: str, project_dir: Any, choice: Any, make_move: Any, options: Any,
           dry_run: bool) -> None:
-    from tsmigrate import adapter
     from tsmigrate.errors import ApplyRefused
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
     from tsmigrate.rewrite import driver
-    from tsmigrate.target import connect
     from tsmigrate.versions import runner
 
     project, directory = script_directory(project_dir)
@@ -212,8 +212,8 @@ def current(project, choice, fmt):
     """Show the revision(s) the target is at, and the package that migrated it last."""
     import json
 
-    from tsmigrate import adapter
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
     from tsmigrate.versions import runner
 
     proj, directory = script_directory(project)
@@ -267,7 +267,7 @@ def _uncaptured(project: Any, head: Any) -> list[Any]:
     """The steps that would bring the schema at head (``head``) to the models: changes made to
     the models that no revision captures yet (what `tsmigrate check` reports, exit 7)."""
     from tsmigrate.commands.common import load_catalog
-    from tsmigrate.plan import make_plan
+    from tsmigrate.planning.plan import make_plan
     from tsmigrate.versions.check import without_families
 
     # Revisions written by hand need no models: compare only the models the project declares.
@@ -287,13 +287,13 @@ def versioned_plan(project: Any, choice: Any, fmt: str,
     between the instance and the schema its applied revisions give (head's, once upgraded)."""
     import json
 
-    from tsmigrate import adapter
-    from tsmigrate.apply import live_catalog
     from tsmigrate.commands.common import EXIT_CHANGES
-    from tsmigrate.plan import make_plan
-    from tsmigrate.planrender import plan_text
-    from tsmigrate.state import STATE_TABLE
-    from tsmigrate.target import connect
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.apply import live_catalog
+    from tsmigrate.instance.state import STATE_TABLE
+    from tsmigrate.instance.target import connect
+    from tsmigrate.planning.plan import make_plan
+    from tsmigrate.planning.planrender import plan_text
     from tsmigrate.versions import runner
     from tsmigrate.versions.scripts import ScriptDirectory
 

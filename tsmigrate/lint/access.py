@@ -14,12 +14,12 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from tsmigrate import ops
 from tsmigrate.keys import Concat, Descending, TimeBucket
 from tsmigrate.lint.core import ERROR, WARNING, Context, Finding, rule
-from tsmigrate.render import pattern_text
+from tsmigrate.planning import ops
 from tsmigrate.schema import LOCAL, AccessPattern, PrimaryKeyColumn, Table
-from tsmigrate.validate import INDEX_KEY_TYPES
+from tsmigrate.schema.render import pattern_text
+from tsmigrate.schema.validate import INDEX_KEY_TYPES
 
 
 @attrs.frozen

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tsmigrate import ops
 from tsmigrate.lint.core import ERROR, WARNING, Context, Finding, rule
-from tsmigrate.render import duration
+from tsmigrate.planning import ops
 from tsmigrate.schema import NO_TTL, Table
+from tsmigrate.schema.render import duration
 
 
 def _steps(context: Context) -> Iterator[tuple[int, ops.Step]]:

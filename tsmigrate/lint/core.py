@@ -52,7 +52,7 @@ class Finding:
 class Context:
     target: Catalog
     live: Catalog | None = None
-    plan: Any = None  # tsmigrate.plan.Plan, when linting a plan
+    plan: Any = None  # tsmigrate.planning.plan.Plan, when linting a plan
     # Set by run_lint for each rule: the code and default severity its findings carry.
     code: str = ""
     severity: str = WARNING

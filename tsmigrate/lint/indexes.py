@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tsmigrate import ops
 from tsmigrate.lint.core import ERROR, WARNING, Context, Finding, rule
-from tsmigrate.validate import validate_table
+from tsmigrate.planning import ops
+from tsmigrate.schema.validate import validate_table
 
 # What the table and its columns must provide for an index to exist.
 PREREQUISITES = frozenset({

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tsmigrate import ops
 from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.lint.core import ERROR, INFO, WARNING, Context, Finding, rule
 from tsmigrate.lint.names import has_few_values, is_id, is_sequence, is_time_like
-from tsmigrate.render import duration
+from tsmigrate.planning import ops
 from tsmigrate.schema import BOOLEAN, DOUBLE, INTEGER, NO_TTL, PrimaryKeyColumn, Table
+from tsmigrate.schema.render import duration
 
 MIN_BUCKETS = 4  # with 2 or 3 buckets, each takes a third or more of all writes: still hot
 

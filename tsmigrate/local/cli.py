@@ -171,8 +171,8 @@ def endpoint(project: str | None, fmt: str) -> None:
 def _project_root(project: str | None) -> Path:
     """The project directory as other commands find it (the nearest pyproject.toml), else the
     working directory."""
-    from tsmigrate.config import load_project
     from tsmigrate.errors import TsmigrateError
+    from tsmigrate.schema.config import load_project
 
     if project is not None:
         return Path(project)

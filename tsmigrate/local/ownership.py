@@ -4,7 +4,7 @@ A server opening a data directory takes an exclusive `flock` on `owner.lock` in 
 as the server runs. The OS drops the lock when the process dies however it dies, so a dead
 owner's directory is taken over by the next one; a live owner's is refused. The owner publishes
 `owner.json` (pid, endpoint, instances, access key id, role; never a secret), replaced atomically,
-so another process can name the holder or talk to it instead (see `tsmigrate.target.connect`).
+so another process can name the holder or talk to it instead (see `tsmigrate.instance.target.connect`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Protobuf messages of the table, stream and split APIs, the ones the Python SDK 6.4.8 lacks included.
 
-The local server parses requests with these classes and the raw client (`tsmigrate.rawclient`)
+The local server parses requests with these classes and the raw client (`tsmigrate.instance.rawclient`)
 sends them, so both agree on every field number. Names are stable:
 
 Defined here (the Python SDK has no such messages; field numbers from the Java SDK's

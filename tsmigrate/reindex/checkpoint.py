@@ -18,9 +18,9 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import adapter
+from tsmigrate.instance import adapter
+from tsmigrate.instance.state import STATE_TABLE, StateRowError
 from tsmigrate.schema import SearchIndex, search_index_from_dict, search_index_to_dict
-from tsmigrate.state import STATE_TABLE, StateRowError
 
 KIND = "reindex"
 SUFFIX = "_reindex"

@@ -25,9 +25,10 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter, ops
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance import adapter
+from tsmigrate.instance.rawclient import RawClient
+from tsmigrate.planning import ops
 from tsmigrate.reindex import checkpoint as cpt
 from tsmigrate.reindex import parity
 from tsmigrate.reindex.checkpoint import Checkpoint

@@ -29,7 +29,7 @@ STAGE_TEXT = {
 
 class ReindexProgress:
     def __init__(self, console: Console, every_s: float | None = None):
-        from tsmigrate.pipeprogress import every_s as default_every_s
+        from tsmigrate.instance.pipeprogress import every_s as default_every_s
 
         self.console = console
         self.every_s = default_every_s() if every_s is None else every_s
@@ -93,7 +93,7 @@ class ReindexProgress:
             self._next_line = time.monotonic() + self.every_s
 
     def _pipe_build(self, where: str, data: dict[str, Any]) -> None:
-        from tsmigrate.pipeprogress import PipeProgress
+        from tsmigrate.instance.pipeprogress import PipeProgress
 
         if self._pipe is None:
             self._pipe = PipeProgress(self.console, f"reindex {where}")

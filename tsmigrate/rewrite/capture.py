@@ -61,8 +61,8 @@ import tablestore as ts
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local import plainbuffer
-from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite import copy, machine
 from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row, row_cells
 from tsmigrate.rewrite.transform import TargetRow

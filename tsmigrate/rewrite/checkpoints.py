@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 from tablestore import OTSClient
 
-from tsmigrate import adapter
-from tsmigrate.state import STATE_TABLE, StateRowError
+from tsmigrate.instance import adapter
+from tsmigrate.instance.state import STATE_TABLE, StateRowError
 
 KIND = "rewrite-split"
 STOP_KIND = "rewrite-stop"  # ("rewrite-stop", job id): split tasks stop at their next page

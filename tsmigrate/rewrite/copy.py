@@ -17,8 +17,8 @@ import attrs
 from tablestore import OTSClient
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import adapter
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance import adapter
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob

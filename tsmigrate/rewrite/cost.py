@@ -19,11 +19,11 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.plan import Plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import Plan
 from tsmigrate.rewrite import machine
 from tsmigrate.schema import Catalog, StreamSpec, Table, physical
-from tsmigrate.validate import MAX_STREAM_HOURS
+from tsmigrate.schema.validate import MAX_STREAM_HOURS
 
 # A copy rate to state instead of measuring one (tests set it); None: plan measures the rate on
 # the instance, from the last rewrite's backfill or else a sampled read (``measured_rate``).
@@ -148,8 +148,8 @@ def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
     """Read about ``n`` rows of ``table`` from the start of ``ranges`` (read calls only), with
     ``versions`` versions a cell and again with the newest: split points (on the local server,
     as its docstring says) size the newest versions, the copy reads ``versions``."""
+    from tsmigrate.instance.rawclient import RawClient
     from tsmigrate.local.plainbuffer import decode_rows
-    from tsmigrate.rawclient import RawClient
     from tsmigrate.rewrite import copy
 
     raw = RawClient(client)
@@ -182,7 +182,7 @@ def newest_bytes(client: Any, table: str, want: int = 64) -> int:
     overshoots the unit by about half a partition (S / 2P), so S = n u / (1 - n / 2P) at a unit
     u giving n = points + 0.5 splits' worth, taken where the splits are at most half the
     partitions (the unit still decides them)."""
-    from tsmigrate.rawclient import RawClient
+    from tsmigrate.instance.rawclient import RawClient
     from tsmigrate.rewrite import splits
 
     raw = RawClient(client)

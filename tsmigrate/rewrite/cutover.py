@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import machine, prepare
 from tsmigrate.rewrite.job import RewriteJob

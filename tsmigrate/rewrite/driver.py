@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import copy, machine, prepare, reverse
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob

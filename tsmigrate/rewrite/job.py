@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 from tablestore import OTSClient
 
-from tsmigrate import retry
+from tsmigrate.instance import retry
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
 
@@ -30,13 +30,13 @@ class ConnectionSpec:
     local_defaults: bool = False
 
     def client(self, **options: Any) -> OTSClient:
-        """A client with tsmigrate's retry policy (``tsmigrate.retry``: throttling and lost
+        """A client with tsmigrate's retry policy (``tsmigrate.instance.retry``: throttling and lost
         connections retried with capped, jittered delays); the rewrite's writer also retries the
         rows that failed inside a BatchWriteRow, by the same policy."""
         if self.local_defaults:
             key_id, secret, token = DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET, None
         else:
-            from tsmigrate.target import credentials
+            from tsmigrate.instance.target import credentials
 
             key_id, secret, token = credentials(os.environ)
         return retry.install(

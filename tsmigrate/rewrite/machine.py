@@ -38,10 +38,10 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.instance import adapter, retry
+from tsmigrate.instance.state import STATE_TABLE, StateRowError
 from tsmigrate.rewrite.job import RewriteJob
-from tsmigrate.state import STATE_TABLE, StateRowError
 
 KIND = "rewrite"
 LEASE_S = 120
@@ -342,7 +342,7 @@ def save(client: Any, rewrite: Rewrite, *, phase: str | None = None, **changes: 
 
 def _landed(client: Any, target: str, write: str) -> bool:
     """Whether our write is the row's current state: a write retried after an ambiguous failure
-    (see tsmigrate.retry) fails its condition when its first attempt did land."""
+    (see tsmigrate.instance.retry) fails its condition when its first attempt did land."""
     current = load(client, target)
     return current is not None and current.get("write") == write
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.plan import RewriteAhead
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import RewriteAhead
 from tsmigrate.rewrite import driver, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import Catalog, StreamSpec

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance import adapter
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import NO_TTL, StreamSpec, Table
-from tsmigrate.validate import MAX_STREAM_HOURS
+from tsmigrate.schema.validate import MAX_STREAM_HOURS
 
 if TYPE_CHECKING:
     from tsmigrate.rewrite.copy import Sample

@@ -15,9 +15,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from tsmigrate.pipeprogress import clock
+from tsmigrate.instance.pipeprogress import clock
+from tsmigrate.instance.state import StateRowError
 from tsmigrate.rewrite import machine, reverse
-from tsmigrate.state import StateRowError
 
 NEXT_STEP = {
     machine.PREPARE: "tsmigrate apply continues it",
@@ -220,7 +220,7 @@ class ApplyProgress:
     seconds instead of the bar."""
 
     def __init__(self, console: Console, what: str = "rewrite"):
-        from tsmigrate.pipeprogress import PipeProgress
+        from tsmigrate.instance.pipeprogress import PipeProgress
 
         self.console = console
         self.bar: Progress | None = None

@@ -11,12 +11,12 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import adapter
+from tsmigrate.instance import adapter
+from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.job import RewriteJob
 from tsmigrate.service import routing
-from tsmigrate.state import STATE_TABLE
 
 LIVE_S = 60.0  # heartbeats this recent are listed (status) as processes routing the rewrite
 

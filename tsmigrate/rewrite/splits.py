@@ -21,11 +21,11 @@ import attrs
 import tablestore as ts
 from tablestore import OTSClient
 
-from tsmigrate import adapter
+from tsmigrate.instance import adapter
+from tsmigrate.instance.rawclient import RawClient
+from tsmigrate.instance.state import STATE_TABLE, StateRowError
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, decode_primary_key, encode_primary_key
-from tsmigrate.rawclient import RawClient
 from tsmigrate.schema import Table
-from tsmigrate.state import STATE_TABLE, StateRowError
 
 DEFAULT_UNIT = 100 * 1024 * 1024
 MIN_UNIT = 64 * 1024

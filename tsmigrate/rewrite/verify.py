@@ -28,8 +28,8 @@ from typing import Any
 import attrs
 from tablestore import OTSClient
 
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
-from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.rowbytes import DIGEST_MASK, content_digest, row_digest, row_spans, scan_rows

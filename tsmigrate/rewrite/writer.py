@@ -2,7 +2,7 @@
 
 Rows arrive encoded (PlainBuffer, HEADER + row) and go out in requests of at most 200 rows and
 4 MB. A request the service rejects as a whole (throttling, a busy partition, a lost connection)
-is sent again by the client's retry policy (``tsmigrate.retry``); in a request that went through,
+is sent again by the client's retry policy (``tsmigrate.instance.retry``); in a request that went through,
 only the rows that failed with a retryable error are sent again, after the same policy's capped,
 jittered delays. A row that fails for good raises WriteError naming its key.
 
@@ -29,8 +29,10 @@ from tablestore import OTSClient
 from tablestore.error import OTSServiceError
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
+from tsmigrate.instance import adapter, retry
+from tsmigrate.instance.protowire import varint
+from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local.plainbuffer import (
     HEADER,
     OP_DELETE_ONE,
@@ -39,8 +41,6 @@ from tsmigrate.local.plainbuffer import (
     decode_row,
     encode_primary_key_cells,
 )
-from tsmigrate.protowire import varint
-from tsmigrate.rawclient import RawClient
 from tsmigrate.rewrite.rowbytes import key_cells
 from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 

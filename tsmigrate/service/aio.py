@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from tsmigrate.model import Model
-from tsmigrate.retry import TsmigrateRetryPolicy
+from tsmigrate.instance.retry import TsmigrateRetryPolicy
+from tsmigrate.schema.model import Model
 from tsmigrate.service import batch, query, rows
 from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import Progress, arun, astream
@@ -33,7 +33,7 @@ class AsyncRows(Generic[M]):
         # writes (routing.py); ``routing=False`` always uses the model's own table.
         self.client = routed(self.codec, client, asynchronous=True) if routing else client
         # Retries of batch rows and of single-row writes, which repeat themselves rather than
-        # leave it to the client's policy (tsmigrate.retry's policy by default).
+        # leave it to the client's policy (tsmigrate.instance.retry's policy by default).
         self.retry = policy_for(retry)
 
     async def put(self, row: M, *, condition: Condition | None = None, expect: str = "ignore") -> M:

@@ -1,9 +1,9 @@
-"""Retries of the service layer, by the project's one policy (``tsmigrate.retry``).
+"""Retries of the service layer, by the project's one policy (``tsmigrate.instance.retry``).
 
-The SDK client retries whole requests by its own policy (give it ``tsmigrate.retry.RETRY_POLICY``
+The SDK client retries whole requests by its own policy (give it ``tsmigrate.instance.retry.RETRY_POLICY``
 or call ``retry.install(client)``). This covers what no client policy can: rows that failed
 inside a batch, and conditional writes made safe to repeat by a request id (idempotent create).
-Classification and delays are ``tsmigrate.retry``'s: rejected failures (nothing was done) are
+Classification and delays are ``tsmigrate.instance.retry``'s: rejected failures (nothing was done) are
 always retried; ambiguous ones (it may have been done) only where repeating is harmless.
 Batches pace themselves with ``RetryQueue`` (failed rows wait on their own) and ``SendRate``
 (AIMD on rows per second).
@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from tablestore import OTSServiceError
 
-from tsmigrate.retry import (
+from tsmigrate.instance.retry import (
     AMBIGUOUS_CODES,
     REJECTED_CODES,
     RETRY_POLICY,

@@ -34,8 +34,8 @@ import attrs
 from tablestore import OTSServiceError
 from tablestore import metadata as md
 
-from tsmigrate.model import Model
-from tsmigrate.retry import RETRY_POLICY, THROTTLING_CODES, TsmigrateRetryPolicy
+from tsmigrate.instance.retry import RETRY_POLICY, THROTTLING_CODES, TsmigrateRetryPolicy
+from tsmigrate.schema.model import Model
 from tsmigrate.service import wire
 from tsmigrate.service.backoff import (
     RetryQueue,

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from itertools import chain
 from typing import Any, TypeVar
 
-from tsmigrate import rawclient
-from tsmigrate.retry import SINGLE_ATTEMPT
+from tsmigrate.instance import rawclient
+from tsmigrate.instance.retry import SINGLE_ATTEMPT
 
 T = TypeVar("T")
 Progress = Callable[[int, "int | None"], None]  # (rows so far, total if known): batch_write's callback

@@ -16,7 +16,7 @@ from typing import Any
 
 from tsmigrate import schema
 from tsmigrate.keys import INT64_MAX
-from tsmigrate.model import (
+from tsmigrate.schema.model import (
     AUTO_INCREMENT,
     CONVERTED_TYPES,
     Column,

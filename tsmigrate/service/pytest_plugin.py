@@ -40,8 +40,8 @@ class ModelInstance:
 @pytest.fixture
 def tsmigrate_models(request: pytest.FixtureRequest) -> list[type]:
     """The models whose tables ``ots_models`` creates: the project's, unless overridden."""
-    from tsmigrate.config import load_project
-    from tsmigrate.discover import import_models
+    from tsmigrate.schema.config import load_project
+    from tsmigrate.schema.discover import import_models
 
     project = load_project(request.config.rootpath)
     return import_models(project.models, project.root)

@@ -27,7 +27,7 @@ from tablestore import metadata as md
 
 from tsmigrate.errors import KeyDerivationError
 from tsmigrate.keys import Concat, Descending, TimeBucket
-from tsmigrate.model import Column, Model
+from tsmigrate.schema.model import Column, Model
 from tsmigrate.service import batch, wire
 from tsmigrate.service.calls import Call, Emit, Op, Raw
 from tsmigrate.service.codec import KeyColumn, ModelCodec

@@ -1,4 +1,4 @@
-"""Restoring an archive (``tsmigrate.archive``) into a table: created from the archived schema if
+"""Restoring an archive (``tsmigrate.instance.archive``) into a table: created from the archived schema if
 it is missing, every cell version written with its timestamp through the model layer's batch
 writer (only failed rows retried; a rerun completes a restore a crash cut short).
 """
@@ -13,9 +13,9 @@ from typing import Any
 import attrs
 from tablestore import metadata as md
 
-from tsmigrate import adapter
-from tsmigrate.archive import ArchiveError, Progress, archived_table, decode_value, read_archive
-from tsmigrate.plan import make_plan
+from tsmigrate.instance import adapter
+from tsmigrate.instance.archive import ArchiveError, Progress, archived_table, decode_value, read_archive
+from tsmigrate.planning.plan import make_plan
 from tsmigrate.schema import Catalog
 from tsmigrate.service.batch import raw_put, write_items_op
 from tsmigrate.service.calls import run

@@ -42,7 +42,7 @@ from tsmigrate.service.calls import Call, Op, arun, run
 from tsmigrate.service.errors import RowError
 from tsmigrate.service.translate import Translator
 
-STATE_TABLE = "tsmigrate_state"  # tsmigrate.state.STATE_TABLE, without importing the engine
+STATE_TABLE = "tsmigrate_state"  # tsmigrate.instance.state.STATE_TABLE, without importing the engine
 REWRITE_KIND = "rewrite"
 CLIENT_KIND = "rewrite-client"
 LEASE_S = 2.0  # how long a process trusts the state it read (a rewrite may set its own)

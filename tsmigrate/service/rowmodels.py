@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tsmigrate.model import Model
+from tsmigrate.schema.model import Model
 
 RowModel = Callable[[Any, Any], Model]  # (key cells, attribute cells) -> model
 

@@ -22,8 +22,8 @@ from typing import Any
 from tablestore import OTSServiceError
 from tablestore import metadata as md
 
-from tsmigrate.model import Model
-from tsmigrate.retry import RETRY_POLICY, TsmigrateRetryPolicy, ambiguous
+from tsmigrate.instance.retry import RETRY_POLICY, TsmigrateRetryPolicy, ambiguous
+from tsmigrate.schema.model import Model
 from tsmigrate.service.backoff import call_retryable, code_of, delay
 from tsmigrate.service.calls import Call, Op, Sleep
 from tsmigrate.service.codec import ModelCodec

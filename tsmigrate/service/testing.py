@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from tsmigrate.model import Model, compile_models
+from tsmigrate.schema.model import Model, compile_models
 
 
 def create_tables(client: Any, models: Iterable[type[Model]], *, now: datetime | None = None) -> None:
     """Bring the instance in line with ``models`` (tables, secondary and search indexes; a
     family's months as of ``now``), the way ``tsmigrate apply`` does."""
-    from tsmigrate.apply import apply
+    from tsmigrate.instance.apply import apply
 
     apply(client, compile_models(models), target_identity="tests",
           now=now or datetime.now(timezone.utc))

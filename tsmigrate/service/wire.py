@@ -24,6 +24,7 @@ from tablestore.native import NATIVE_AVAILABLE, parse_multiple_rows
 from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.instance.protowire import varint
 from tsmigrate.local.plainbuffer import (
     HEADER,
     PlainBufferError,
@@ -31,7 +32,6 @@ from tsmigrate.local.plainbuffer import (
     crc8_bytes,
     decode_primary_key,
 )
-from tsmigrate.protowire import varint
 from tsmigrate.rewrite.rowbytes import value_at
 
 _I32 = struct.Struct("<i").unpack_from

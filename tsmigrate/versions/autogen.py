@@ -25,7 +25,8 @@ from typing import Any
 import attrs
 import jinja2
 
-from tsmigrate import __version__, ops
+from tsmigrate import __version__
+from tsmigrate.planning import ops
 from tsmigrate.schema import Catalog, Table
 from tsmigrate.versions.op import next_catalog, script_table
 
@@ -310,7 +311,7 @@ def template_environment(migrations_dir: Path | None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = []
     if migrations_dir is not None:
         loaders.append(jinja2.FileSystemLoader(str(migrations_dir)))
-    loaders.append(jinja2.PackageLoader("tsmigrate", "templates"))
+    loaders.append(jinja2.PackageLoader("tsmigrate.versions", "templates"))
     env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True)

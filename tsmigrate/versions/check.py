@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.model import registered_models
-from tsmigrate.plan import Plan, make_plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import Plan, make_plan
 from tsmigrate.schema import Catalog
+from tsmigrate.schema.model import registered_models
 from tsmigrate.versions.errors import IrreversibleError, MigrationError
 from tsmigrate.versions.op import TransformedRewrite, next_catalog
 from tsmigrate.versions.replay import Collected, check_valid, collect

@@ -1,6 +1,6 @@
 """The ``op`` object revision scripts call: it collects operations, it executes nothing.
 
-Each call becomes the declarative engine's own Step (``tsmigrate.ops``), built against the schema
+Each call becomes the declarative engine's own Step (``tsmigrate.planning.ops``), built against the schema
 as it stands at that point of the chain (``op.catalog``): ``op.update_options("t", max_versions=1)``
 knows the options it changes from, ``op.drop_index("t", "by_x")`` the index it drops, and a call
 that cannot apply (an unknown table or index, a table created twice) is an ``OperationError`` at
@@ -17,9 +17,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.model import Model, column_type, parse_duration
-from tsmigrate.plan import key_change
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import key_change
 from tsmigrate.schema import (
     GLOBAL,
     Catalog,
@@ -31,6 +30,7 @@ from tsmigrate.schema import (
     Table,
     physical_table,
 )
+from tsmigrate.schema.model import Model, column_type, parse_duration
 from tsmigrate.versions.errors import IrreversibleError, OperationError
 
 RowFunction = Callable[[dict[str, Any]], dict[str, Any] | None]

@@ -16,7 +16,7 @@ import attrs
 
 from tsmigrate.errors import Problem, TsmigrateError
 from tsmigrate.schema import Catalog
-from tsmigrate.validate import validate_catalog
+from tsmigrate.schema.validate import validate_catalog
 from tsmigrate.versions.errors import MigrationError, ReplayError
 from tsmigrate.versions.op import Operation, Operations, next_catalog
 from tsmigrate.versions.scripts import Script, ScriptDirectory

@@ -33,15 +33,16 @@ from typing import Any
 import attrs
 from packaging.version import InvalidVersion, Version
 
-from tsmigrate import adapter, ops
-from tsmigrate.apply import live_catalog
-from tsmigrate.config import Project, read_pyproject
 from tsmigrate.errors import ApplyRefused, TsmigrateError
-from tsmigrate.plan import recorded_catalog
+from tsmigrate.instance import adapter
+from tsmigrate.instance.apply import live_catalog
+from tsmigrate.instance.state import STATE_TABLE, State
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import recorded_catalog
 from tsmigrate.reindex import flow
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, physical
-from tsmigrate.state import STATE_TABLE, State
+from tsmigrate.schema.config import Project, read_pyproject
 from tsmigrate.versions.errors import MigrationError, UnknownRevisionError
 from tsmigrate.versions.op import Backfill, TransformedRewrite
 from tsmigrate.versions.replay import Collected, collect

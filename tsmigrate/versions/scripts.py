@@ -240,7 +240,7 @@ class ScriptDirectory:
 
     @classmethod
     def from_project(cls, project: Any) -> ScriptDirectory:
-        """The scripts of a ``tsmigrate.config.Project`` (its ``migrations`` setting)."""
+        """The scripts of a ``tsmigrate.schema.config.Project`` (its ``migrations`` setting)."""
         return cls.load(project.migrations, project.root)
 
     def get(self, spec: str) -> Script:

@@ -11,7 +11,7 @@ One table, ``tsmigrate_state``, keyed (kind, id):
 - ``("history", "<run started ms>-<run id>-<step no>")``: one row per step and run, with status
   ``started``, then ``done`` or ``failed``; a row an apply left ``started`` (it was killed) is
   marked ``interrupted`` by the next apply. Runs of rewrite commands (switch, finish, ...) are
-  recorded the same way, their rows naming the command (see ``tsmigrate.records``).
+  recorded the same way, their rows naming the command (see ``tsmigrate.instance.records``).
 - ``("catalog", "applied")``: the declared catalog of the last complete apply, which keeps what
   the service cannot report (key derivations) for the next diff; and the schema that apply left
   the instance with, when and by whom (``tsmigrate status`` compares the live schema with it).
@@ -36,10 +36,10 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter, retry
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.render import duration
+from tsmigrate.instance import adapter, retry
 from tsmigrate.schema import Catalog
+from tsmigrate.schema.render import duration
 
 STATE_TABLE = "tsmigrate_state"
 LOCK_KEY = [("kind", "lock"), ("id", "apply")]

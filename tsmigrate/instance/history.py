@@ -1,10 +1,10 @@
 """The apply history as users read it (`tsmigrate history`, and the last apply in `tsmigrate
-status`): the history rows of ``tsmigrate_state`` (see ``tsmigrate.state``) turned into steps
+status`): the history rows of ``tsmigrate_state`` (see ``tsmigrate.instance.state``) turned into steps
 grouped by run, newest first, each run with its outcome, when it started and who ran it.
 
 A run's outcome is the status of its last step: apply runs steps in order and stops at the
 first failure or interruption, so ``done`` there means every step was done. Runs of the rewrite
-commands (``tsmigrate.records``) are listed the same way, named by their command. A run that
+commands (``tsmigrate.instance.records``) are listed the same way, named by their command. A run that
 took up the steps a killed run left (``resumes``) is named on that run.
 """
 

@@ -6,7 +6,7 @@ AddDefinedColumn / DeleteDefinedColumn, and the search-index reindex fields (sou
 switch, query flow weights) of the Java SDK's proto.
 
 It rides on an ``OTSClient``: the same credentials provider, signer, connection pool, response
-checks (MD5, date, signature) and retry policy (tsmigrate's, see ``tsmigrate.retry``, installed on
+checks (MD5, date, signature) and retry policy (tsmigrate's, see ``tsmigrate.instance.retry``, installed on
 the client when it still has the SDK's default), and it raises the SDK's own ``OTSServiceError``
 and ``OTSClientError``. Messages come from the modules the local server parses them with, so
 both sides agree on every field number.
@@ -27,7 +27,7 @@ from tablestore.error import OTSClientError, OTSServiceError
 from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import retry
+from tsmigrate.instance import retry
 from tsmigrate.local import plainbuffer, search_protocol, table_protocol
 
 _DEFINED_TYPES = {

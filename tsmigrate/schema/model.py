@@ -24,9 +24,9 @@ import attrs
 
 from tsmigrate import schema
 from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError
-from tsmigrate.families import Monthly, epoch_ms
 from tsmigrate.keys import Derivation
-from tsmigrate.validate import validate_catalog
+from tsmigrate.schema.families import Monthly, epoch_ms
+from tsmigrate.schema.validate import validate_catalog
 
 DERIVATIONS = get_args(Derivation)  # the classes a PrimaryKey's derive= may be
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.render import duration
 from tsmigrate.schema import Catalog, Table, physical
+from tsmigrate.schema.render import duration
 
 MISSING = "missing"  # the last apply left the table; it is gone
 EXTRA = "extra"  # a table the last apply did not leave

@@ -13,9 +13,9 @@ from datetime import datetime
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.model import Model, registered_models
+from tsmigrate.planning import ops
 from tsmigrate.schema import Catalog
+from tsmigrate.schema.model import Model, registered_models
 
 
 @attrs.frozen

@@ -7,6 +7,11 @@ columns, index key columns, index sort) keep it.
 
 Type names are plain strings ("STRING", "INTEGER", ...) rather than enums so that the IR can hold
 an invalid schema (a DOUBLE primary key, say) long enough for validation to report it.
+
+This module is the package's own; around it, what produces and checks the IR: ``model``
+(declarative Model classes), ``families`` (a table per month), ``validate`` (Tablestore's rules),
+``render`` (human-readable text), ``adopt`` (model source written back from a live schema),
+``config`` and ``discover`` (a project's settings, and importing the models they name).
 """
 
 from __future__ import annotations

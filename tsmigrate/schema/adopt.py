@@ -23,8 +23,6 @@ import jinja2
 
 from tsmigrate.errors import ConfigError, SchemaError, TsmigrateError
 from tsmigrate.keys import Concat, Derivation
-from tsmigrate.model import RESERVED_NAMES, Model, compile_models, forget_models, registered_models
-from tsmigrate.render import duration
 from tsmigrate.schema import (
     LOCAL,
     NO_TTL,
@@ -34,11 +32,13 @@ from tsmigrate.schema import (
     Table,
     physical_table,
 )
+from tsmigrate.schema.model import RESERVED_NAMES, Model, compile_models, forget_models, registered_models
+from tsmigrate.schema.render import duration
 
 _PY_TYPES = {"STRING": "str", "INTEGER": "int", "BINARY": "bytes", "DOUBLE": "float", "BOOLEAN": "bool"}
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("tsmigrate", "templates"),
+    loader=jinja2.PackageLoader("tsmigrate.schema", "templates"),
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import attrs
 
-from tsmigrate.render import duration
 from tsmigrate.schema import (
     Catalog,
     DefinedColumn,
@@ -30,6 +29,7 @@ from tsmigrate.schema import (
     physical_table,
     table_to_dict,
 )
+from tsmigrate.schema.render import duration
 
 SAFE, DATA_COPY, DESTRUCTIVE = "safe", "data-copy", "destructive"
 RISKS = (SAFE, DATA_COPY, DESTRUCTIVE)

@@ -2,7 +2,7 @@
 
 Inspection issues its describe calls concurrently (a thread pool over the SDK's thread-safe
 client); everything else in tsmigrate sees only IR values and Steps. Every call is retried by
-``tsmigrate.retry``'s policy (installed on the client by ``inspect``, ``RawClient`` and
+``tsmigrate.instance.retry``'s policy (installed on the client by ``inspect``, ``RawClient`` and
 ``execute``); a step whose write is not idempotent is checked by a read before it is sent again.
 """
 
@@ -22,10 +22,11 @@ from tablestore import metadata as md
 from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate import ops, retry
-from tsmigrate.archive import archive_location, archive_table, verify_archive
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.rawclient import RawClient
+from tsmigrate.instance import retry
+from tsmigrate.instance.archive import archive_location, archive_table, verify_archive
+from tsmigrate.instance.rawclient import RawClient
+from tsmigrate.planning import ops
 from tsmigrate.schema import (
     GLOBAL,
     LOCAL,
@@ -450,7 +451,7 @@ def _update_search_ttl(client: ts.OTSClient, step: ops.UpdateSearchIndexTTL) -> 
 
 def _retire_table(client: ts.OTSClient, step: ops.RetireTable) -> None:
     """Archive every row (cell timestamps included), check the archive reads back whole, drop."""
-    from tsmigrate import pipeprogress
+    from tsmigrate.instance import pipeprogress
 
     location = archive_location(step.archive, step.table)
     pipe = pipeprogress.for_stderr(f"archive {step.table}")  # a deploy log hears a long archive

@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.config import Project
 from tsmigrate.errors import ConfigError, StepFailed, TsmigrateError
-from tsmigrate.pacing import paced
+from tsmigrate.instance.pacing import paced
+from tsmigrate.schema.config import Project
 
 LOCAL_DATA = Path(".tsmigrate") / "local"
 LOCAL_INSTANCE = "local"
@@ -132,7 +132,7 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
     embedded instance, the server runs meanwhile."""
     from tablestore import OTSClient
 
-    from tsmigrate.retry import install
+    from tsmigrate.instance.retry import install
 
     if target.embedded:
         from tsmigrate.local.embedded import WAIT_S, embedded_instance
@@ -183,7 +183,7 @@ def _embedded_retry_policy(server: Any) -> Any:
     """tsmigrate's retry policy, except that a request the embedded instance refused for its full
     disk is not sent again: the disk will not empty itself while the command waits, so the
     command stops at once and says so (`LocalDataUnwritable`)."""
-    from tsmigrate.retry import TsmigrateRetryPolicy  # imported late, as the SDK is
+    from tsmigrate.instance.retry import TsmigrateRetryPolicy  # imported late, as the SDK is
 
     class EmbeddedRetryPolicy(TsmigrateRetryPolicy):
         # Callers that loop themselves (adapter.execute) read max_retries: none after a failure.

@@ -26,18 +26,19 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import adapter, ops
 from tsmigrate.errors import ApplyRefused, StepFailed, TsmigrateError
-from tsmigrate.history import Entry
+from tsmigrate.instance import adapter
+from tsmigrate.instance.history import Entry
+from tsmigrate.instance.state import STATE_TABLE, Lease, Lock, LockHeld, State
 from tsmigrate.lint import ERROR, Finding, LintConfig, run_lint
-from tsmigrate.plan import Plan, make_plan, recorded_catalog, with_known_derivations
-from tsmigrate.planfile import check_plan_document, planned_steps, resume_point, step_json
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import Plan, make_plan, recorded_catalog, with_known_derivations
+from tsmigrate.planning.planfile import check_plan_document, planned_steps, resume_point, step_json
 from tsmigrate.reindex import flow
 from tsmigrate.reindex.flow import ReindexSettings
 from tsmigrate.rewrite import planned
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, physical
-from tsmigrate.state import STATE_TABLE, Lease, Lock, LockHeld, State
 
 RENEW_EVERY_S = 30.0  # apply's lock lease is renewed this often while a rewrite runs
 
@@ -235,7 +236,7 @@ def _record(state: State, step: ops.Step, status: str, plan_id: str, error: str 
 def _continue(client: Any, state: State, rewrite: Any, settings: Any, plan_id: str) -> Any:
     """Take a rewrite an earlier run started up to ready, as a step of this run (so that its
     history says this run continued it, and how that ended)."""
-    from tsmigrate.records import Action
+    from tsmigrate.instance.records import Action
 
     step = Action("rewrite_table", f"continue rewrite of {rewrite.source} into {rewrite.target}",
                   rewrite.target, ops.DATA_COPY)

@@ -19,10 +19,10 @@ from typing import Any
 import attrs
 import tablestore as ts
 
-from tsmigrate import adapter
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.history import Run, live_owner, newest_first, rewrite_runners, runs, utc
-from tsmigrate.state import LOCK_KEY, STATE_TABLE, AppliedRecord, Lock, State
+from tsmigrate.instance import adapter
+from tsmigrate.instance.history import Run, live_owner, newest_first, rewrite_runners, runs, utc
+from tsmigrate.instance.state import LOCK_KEY, STATE_TABLE, AppliedRecord, Lock, State
 
 
 @attrs.frozen
@@ -90,7 +90,7 @@ class StatusContext:
     @functools.cached_property
     def live(self) -> Any:
         """The live catalog as plan sees it (inspection: table-level calls, paced)."""
-        from tsmigrate.apply import live_catalog
+        from tsmigrate.instance.apply import live_catalog
 
         return live_catalog(self.client)
 
@@ -195,7 +195,7 @@ def _recorded_since(ctx: StatusContext, applied: AppliedRecord) -> dict[str, Run
 
 
 def drift_report(ctx: StatusContext) -> Report:
-    from tsmigrate.drift import drift
+    from tsmigrate.planning.drift import drift
     from tsmigrate.rewrite import machine
 
     applied = ctx.applied

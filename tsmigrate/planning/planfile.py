@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import ops
 from tsmigrate.errors import ApplyRefused
-from tsmigrate.plan import PLAN_FORMAT, Plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import PLAN_FORMAT, Plan
 from tsmigrate.schema import Catalog
 
 

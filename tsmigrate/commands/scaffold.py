@@ -32,7 +32,7 @@ LOCAL_DATA_IGNORE = ".tsmigrate/"
 _IGNORE_NOTE = "the embedded local instance's data stays out of git"
 
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("tsmigrate", "templates/init"),
+    loader=jinja2.PackageLoader("tsmigrate.commands", "templates/init"),
     keep_trailing_newline=True,
     undefined=jinja2.StrictUndefined,
 )

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tsmigrate import ops
 from tsmigrate.lint.core import ERROR, SEVERITIES, WARNING, Finding
-from tsmigrate.plan import Plan
+from tsmigrate.planning import ops
+from tsmigrate.planning.plan import Plan
 
 _SEVERITY_STYLE = {ERROR: ("✗", "red"), WARNING: ("!", "yellow")}
 

@@ -1,5 +1,5 @@
 """Runs of the commands that change an instance outside apply (`rewrite switch`, `finish`,
-`abort`, ...) in the history that apply writes (``tsmigrate.state``): one run per command, one
+`abort`, ...) in the history that apply writes (``tsmigrate.instance.state``): one run per command, one
 step per action, each ``started`` then ``done``, ``failed`` or ``interrupted``, so that
 `tsmigrate history` and `tsmigrate status` tell what was done to the instance and by whom."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import ops
-from tsmigrate.state import State
+from tsmigrate.instance.state import State
+from tsmigrate.planning import ops
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tsmigrate.errors import ModelError
-from tsmigrate.model import Model, registered_models
+from tsmigrate.schema.model import Model, registered_models
 
 
 def _import(name: str, root: Path) -> ModuleType:

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 from tsmigrate.errors import Problem, SchemaError
 from tsmigrate.keys import Concat
-from tsmigrate.render import duration
 from tsmigrate.schema import (
     ANALYZERS,
     ASC,
@@ -38,6 +37,7 @@ from tsmigrate.schema import (
     SecondaryIndex,
     Table,
 )
+from tsmigrate.schema.render import duration
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 MAX_TABLES_PER_INSTANCE = 64  # data tables and index tables together

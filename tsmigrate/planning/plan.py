@@ -22,9 +22,9 @@ from typing import Any
 
 import attrs
 
-from tsmigrate import ops
 from tsmigrate.errors import Problem, SchemaError
-from tsmigrate.familyplan import expand_declared_families
+from tsmigrate.planning import ops
+from tsmigrate.planning.familyplan import expand_declared_families
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,
@@ -35,7 +35,7 @@ from tsmigrate.schema import (
     TableOptions,
     physical,
 )
-from tsmigrate.validate import MAX_TABLES_PER_INSTANCE
+from tsmigrate.schema.validate import MAX_TABLES_PER_INSTANCE
 
 PLAN_FORMAT = 1
 
