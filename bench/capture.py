@@ -93,7 +93,7 @@ def _service_writes(rows: int, records: int, rng: random.Random) -> list:
 
 def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
     """One round in this process's tree: prints ``records`` and ``cpu_s``."""
-    from tsmigrate.instance.apply import apply
+    from tsmigrate.instance.apply import ApplyOptions, apply
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.job import ConnectionSpec
     from tsmigrate.rewrite.planned import RewriteSettings
@@ -105,7 +105,7 @@ def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
     _write(client, source.name, [ts.PutRowItem(ts.Row(_key(i), list(_row(i, 0).items())), IGNORE)
                                  for i in range(rows)])
     settings = RewriteSettings(ConnectionSpec(endpoint, INSTANCE), driver.RunOptions(workers=2))
-    apply(client, Catalog([target]), target_identity="bench", rewrite_settings=settings)
+    apply(client, Catalog([target]), ApplyOptions(rewrite=settings), target_identity="bench")
     _write(client, source.name, _service_writes(rows, records, random.Random(7)))
     follower = driver.make_capture(client, machine.load(client, target.name))
     read = 0
