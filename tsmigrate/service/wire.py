@@ -7,8 +7,9 @@ parser, which a GetRange page goes through as in the SDK, but without the SDK's 
 per row: the rows become models (``ModelCodec.row_model``) as the caller takes them.
 
 The bytes are the SDK's: values are typed as its writer types them (``bytes`` go as STRING,
-``bytearray`` as BINARY; bool before int), and anything rarer than an IGNORE put or delete
-(a condition, an update, a return type) is encoded by the SDK's own encoder, row by row.
+``bytearray`` as BINARY, which is why the codec hands BINARY fields over as a bytearray; bool
+before int), and anything rarer than an IGNORE put or delete (a condition, an update, a return
+type) is encoded by the SDK's own encoder, row by row.
 """
 
 from __future__ import annotations
