@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
@@ -28,6 +28,9 @@ from tsmigrate.commands.common import (
 )
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.schema.render import duration
+
+if TYPE_CHECKING:
+    from tsmigrate.instance.apply import ApplyOptions
 
 
 class InterruptedOutsideSteps(TsmigrateError):
@@ -91,7 +94,7 @@ def _result(outcome: str, plan: Any, findings: Any, done: int, error: str = "",
 
 
 def apply_options(flags: Mapping[str, Any], *, rewrite_report: Any = None,
-                  reindex_report: Any = None) -> Any:
+                  reindex_report: Any = None) -> ApplyOptions:
     """The ``ApplyOptions`` apply's flags ask for (``rewrite_report`` and ``reindex_report``
     show progress); the command adds the lint settings and the rewrite workers' connection."""
     from tsmigrate.instance.apply import ApplyOptions
