@@ -28,15 +28,12 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.instance.protowire import varint
 from tsmigrate.local.plainbuffer import (
     HEADER,
-    PlainBufferError,
     assemble_row,
     crc8_bytes,
     decode_primary_key,
+    decode_rows,
 )
-from tsmigrate.rewrite.rowbytes import value_at
 
-_I32 = struct.Struct("<i").unpack_from
-_I64 = struct.Struct("<q").unpack_from
 _TAG_LEN = struct.Struct("<Bi").pack
 _INT = struct.Struct("<Bq").pack
 _DOUBLE = struct.Struct("<Bd").pack
@@ -181,68 +178,16 @@ def page(answer: bytes) -> Page:
     return Page(parse_multiple_rows(buf) if NATIVE_AVAILABLE else parse_rows(buf), next_start)
 
 
-def _value(buf: bytes, start: int, end: int) -> Any:
-    value = value_at(buf, start, end)
+def _sdk(value: Any) -> Any:
     return bytearray(value) if type(value) is bytes else value  # BINARY, as the SDK reads it
 
 
-_decoded: dict[bytes, str] = {}
-_DECODED_MAX = 4096
-
-
-def _name(raw: bytes) -> str:
-    name = _decoded.get(raw)
-    if name is None:
-        if len(_decoded) >= _DECODED_MAX:
-            _decoded.clear()
-        name = _decoded[raw] = raw.decode("utf-8")
-    return name
-
-
 def parse_rows(buf: bytes) -> list[Row]:
-    """``parse_multiple_rows`` in Python, for an SDK without its native parser (the body's MD5
-    is checked by the client: cell checksums are carried, not recomputed, as rowbytes does)."""
-    if buf[:4] != HEADER:
-        raise PlainBufferError(f"a page must start with the PlainBuffer header, got {buf[:4].hex()}")
-    i32, value = _I32, _value
-    rows: list[Row] = []
-    pos, n = 4, len(buf)
-    try:
-        while pos < n:
-            pos += 1  # TAG_ROW_PK
-            key = []
-            while buf[pos] == 0x03:
-                start = pos + 6
-                end = start + i32(buf, pos + 2)[0]
-                vstart = end + 5
-                pos = vstart + i32(buf, end + 1)[0]
-                key.append((_name(buf[start:end]), value(buf, vstart, pos)))
-                pos += 2  # TAG_CELL_CHECKSUM crc
-            cells = []
-            if buf[pos] == 0x02:
-                pos += 1
-                while buf[pos] == 0x03:
-                    start = pos + 6
-                    pos = end = start + i32(buf, pos + 2)[0]
-                    cell_value = timestamp = None
-                    if buf[pos] == 0x05:
-                        vstart = pos + 5
-                        pos = vstart + i32(buf, pos + 1)[0]
-                        cell_value = value(buf, vstart, pos)
-                    if buf[pos] == 0x06:
-                        pos += 2
-                    if buf[pos] == 0x07:
-                        timestamp = _I64(buf, pos + 1)[0]
-                        pos += 9
-                    cells.append((_name(buf[start:end]), cell_value, timestamp))
-                    pos += 2  # TAG_CELL_CHECKSUM crc
-            if buf[pos] == 0x08:
-                pos += 1
-            pos += 2  # TAG_ROW_CHECKSUM crc
-            rows.append((key, cells))
-    except (IndexError, struct.error, UnicodeDecodeError) as exc:
-        raise PlainBufferError(f"a GetRange page is truncated or malformed ({exc})") from None
-    return rows
+    """``parse_multiple_rows`` in Python, for an SDK without its native parser: the rows as the
+    project's PlainBuffer decoder reads them (checksums checked too), in the native shape."""
+    return [([(name, _sdk(value)) for name, value in row.primary_key],
+             [(cell.name, _sdk(cell.value), cell.timestamp) for cell in row.cells])
+            for row in decode_rows(buf)]
 
 
 # -- BatchWriteRow ---------------------------------------------------------------------------------
