@@ -10,7 +10,6 @@ took up the steps a killed run left (``resumes``) is named on that run.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
@@ -18,6 +17,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from tsmigrate.instance.state import pid_alive
 
 # A run's last step status -> the run's outcome. A step left "started" belongs to a run that
 # still holds the apply lock ("running") or was killed before any later apply marked the step
@@ -180,13 +181,7 @@ def _process_alive(owner: str, live: Collection[str]) -> bool:
         return True
     if match["host"] != socket.gethostname():
         return False
-    try:
-        os.kill(int(match["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
+    return pid_alive(int(match["pid"]))
 
 
 def rewrite_runners(rewrites: Iterable[Any], now_ms: int | None = None) -> set[str]:

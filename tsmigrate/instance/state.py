@@ -89,12 +89,14 @@ class Owner:
         return f"{self.run_id}@{self.host}:{self.pid}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (one we may not signal, or a pid no process
+    could have, counts as running: only its lease then tells)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):
         return True
     return True
 
@@ -151,7 +153,7 @@ class Lock:
         """Why the holder is gone (None: it may be running)."""
         if self.expires_ms < now_ms:
             return "its lease ran out"
-        if self.host == socket.gethostname() and not _pid_alive(self.pid):
+        if self.host == socket.gethostname() and not pid_alive(self.pid):
             return f"process {self.pid} on this host is gone"
         return None
 

@@ -40,7 +40,7 @@ import tablestore as ts
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
-from tsmigrate.instance.state import STATE_TABLE, StateRowError
+from tsmigrate.instance.state import STATE_TABLE, StateRowError, pid_alive
 from tsmigrate.rewrite.job import RewriteJob
 
 KIND = "rewrite"
@@ -380,13 +380,7 @@ def _holder_alive(holder: str) -> bool:
     host, _, pid = host_pid.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return True  # another machine: only its lease tells
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(int(pid))
 
 
 SAVE_ATTEMPTS = 5  # a runner's save lost to another command's write is read and tried again
