@@ -137,7 +137,7 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
     if target.embedded:
         from tsmigrate.local.embedded import WAIT_S, embedded_instance
         from tsmigrate.local.ownership import DataDirInUse
-        from tsmigrate.local.storage import StorageUnwritable
+        from tsmigrate.local.storage import StorageFormatError, StorageUnwritable
         from tsmigrate.local.testing import LocalTablestore
 
         data_dir = target.data_dir or project.root / LOCAL_DATA
@@ -160,6 +160,8 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
             raise ConfigError(f"{e} (gave up after waiting {WAIT_S:.0f} s)") from None
         except StorageUnwritable as e:
             raise LocalDataUnwritable(str(e)) from None
+        except StorageFormatError as e:
+            raise ConfigError(str(e)) from None
         return
     key_id, secret, token = credentials()
     client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)

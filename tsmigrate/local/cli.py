@@ -85,7 +85,7 @@ def serve(
     from tsmigrate.local.faults import FaultPlan
     from tsmigrate.local.ownership import SERVE_ROLE, DataDirInUse
     from tsmigrate.local.server import EmptySecret, InsecureBind, LocalServer
-    from tsmigrate.local.storage import StorageUnwritable
+    from tsmigrate.local.storage import StorageFormatError, StorageUnwritable
 
     if data_dir and memory:
         raise click.UsageError("--data and --memory are mutually exclusive")
@@ -113,7 +113,7 @@ def serve(
         raise click.UsageError(str(e)) from None
     except EmptySecret as e:
         raise click.BadParameter(str(e), param_hint="--access-key-secret") from None
-    except StorageUnwritable as e:
+    except (StorageUnwritable, StorageFormatError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
         if e.filename is not None:  # the data directory, not the socket (bind errors name no file)

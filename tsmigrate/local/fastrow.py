@@ -5,6 +5,15 @@ server's timestamp) is the client's cell bytes plus `TAG_CELL_TIMESTAMP ts`, and
 the client's checksum extended over the 8 timestamp bytes; the PK cells are stored as sent. This
 avoids decoding into objects and re-encoding every cell (see wire-protocol.md, "Speed trick").
 
+Each value's checksum is still verified. A byte at a time in Python is most of the parse's cost
+(stepping two bytes through a 64K table, `plainbuffer._T16`, or folding a big int, `_crc8_long`,
+costs more in calls than it saves in steps on 2-60 byte values), so the values of a whole batch
+are checked at once (`Checksums`): the CRC is linear and a byte's share of its value's CRC depends
+only on its distance from the value's end, so values laid right-aligned in equal slots get their
+CRCs from one `bytes.translate` per slot offset over that offset of every slot, XORed as big
+integers: a few hundred C calls per batch instead of a Python step per byte. A cell's head (name,
+type, length) repeats from row to row: what it implies is looked up once per cell (`_heads`).
+
 Only the plain case is handled: no cell ops, no delete marker, no auto-increment placeholder,
 well-formed data with correct checksums. Anything else returns None and the caller takes the
 general path (`plainbuffer.decode_row`), which also produces the precise error for bad input.
@@ -17,6 +26,21 @@ import struct
 from tsmigrate.local.plainbuffer import HEADER, crc8_bytes
 
 _T = tuple(crc8_bytes(0, bytes((i,))) for i in range(256))
+# The CRC is linear: carried from c over 8 bytes D, it is the CRC from c over 8 zero bytes xor the
+# CRC from 0 over D. So one lookup extends a cell's checksum over the server's timestamp.
+_OVER_8_ZEROS = tuple(crc8_bytes(c, bytes(8)) for c in range(256))
+
+_SLOT = 64  # the longest value checked with a batch; longer ones are checked as they are parsed
+# _OVER_ZEROS[k][c]: the CRC from c carried over k zero bytes.
+_OVER_ZEROS = [tuple(range(256))]
+for _ in range(_SLOT):
+    _OVER_ZEROS.append(tuple(_T[c] for c in _OVER_ZEROS[-1]))
+# _SHARES[k]: the translate table of a byte's share in the CRC from 0 of bytes ending k bytes
+# after it: that of the byte followed by k zero bytes. (Leading zero bytes add nothing.)
+_SHARES = tuple(bytes(_OVER_ZEROS[k][_T[b]] for b in range(256)) for k in range(_SLOT))
+_PADS = tuple(bytes(n) for n in range(_SLOT + 1))
+CHECK_TOGETHER = 16  # batches of this many rows or more are worth a `Checksums`
+_NAME_HEAD = struct.Struct("<Bi").unpack_from  # TAG_CELL_NAME len32
 _I32 = struct.Struct("<i").unpack_from
 _I64 = struct.Struct("<q").unpack_from
 _F64 = struct.Struct("<d").unpack_from
@@ -25,42 +49,142 @@ _CHECKSUM = tuple(bytes((0x0A, i)) for i in range(256))
 _ROW_START = HEADER + b"\x01"
 _LOOP_MAX = 160  # longer values: `crc8_bytes`, which folds them as one big int
 
-# name bytes -> (name, crc of the name)
-_names: dict[bytes, tuple[str, int]] = {}
-_NAMES_MAX = 4096
+# A cell's head, from the name's len32 to the value's type byte (`name_len32 name TAG_CELL_VALUE
+# value_len32 vtype`: the same for every row of a column of fixed-size values) -> (name, CRC of
+# the name and type byte, value size with the type byte, type, the cell's metered size, and for
+# `Checksums`: its slot size / 8 (0: too long), the padding before it, the CRC carried over it).
+Head = tuple[str, int, int, int, int, int, bytes, int]
+_heads: dict[bytes, Head] = {}
+_HEADS_MAX = 4096
+_last_stamp: tuple[int, bytes, int] = (-1, b"", 0)  # see `_stamp`
+
+# Values up to this many bytes are within the service's 2 MB limit (rows.MAX_VALUE_LENGTH) however
+# they are measured (a str's characters can take 4 bytes each).
+_SHORT_VALUE = 512 * 1024
+
+# (timestamp, value, cell bytes, cell checksum): storage.Version
+Version = tuple[int, object, bytes, int]
 
 # (pk cells bytes, pk crcs, [(name, value)] of the PK, [(name, value, ts, cell bytes, crc)],
-#  logical size: the names and values of every cell, as `plainbuffer.logical_size` meters them)
+#  logical size: the names and values of every cell, as `plainbuffer.logical_size` meters them,
+#  whether a value or timestamp may be out of bounds: NaN/inf, a long value, a sent timestamp)
 PutRow = tuple[
-    bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int
+    bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int, bool
 ]
 
 
-def parse_put_row(data: bytes, now_ms: int) -> PutRow | None:
-    """The row with every cell ready to store (server timestamp `now_ms` where none was sent)."""
+class Checksums:
+    """The cell checksums of rows parsed with it, checked together by `verify`. Values are laid
+    in slots of 8, 16, ... `_SLOT` bytes, the shortest that holds them, a bytearray per slot size:
+    a batch's values of one column share one, and padding stays short."""
+
+    def __init__(self) -> None:
+        # By slot size / 8: the values, right-aligned in their slots, and per value what the CRC
+        # from 0 of its slot must be: the checksum sent, xor the CRC the value's cell starts
+        # from (name and type byte) carried over the value.
+        self.slots = [bytearray() for _ in range(_SLOT // 8 + 1)]
+        self.expected = [bytearray() for _ in range(_SLOT // 8 + 1)]
+        self.rows: list[bytes] = []  # the rows since the last `verify`
+
+    def verify(self) -> list[bytes]:
+        """The rows parsed since the last call whose checksums do not all match: empty when
+        every one does, else all of them (`plainbuffer.decode_row` finds the wrong cell)."""
+        rows, self.rows = self.rows, []
+        right = True
+        for eighths, (slots, expected) in enumerate(zip(self.slots, self.expected, strict=True)):
+            if expected:
+                size = 8 * eighths
+                crcs = 0
+                for offset in range(size):
+                    shares = _SHARES[size - 1 - offset]
+                    crcs ^= int.from_bytes(slots[offset::size].translate(shares), "big")
+                right = right and crcs.to_bytes(len(expected), "big") == expected
+                slots.clear()
+                expected.clear()
+        return [] if right else rows
+
+
+def parse_put_row(data: bytes, now_ms: int, checks: Checksums | None = None) -> PutRow | None:
+    """The row with every cell ready to store (server timestamp `now_ms` where none was sent).
+    With `checks`, the checksums of values up to `_SLOT` bytes are left to `checks.verify`."""
     try:
-        return _parse(data, now_ms)
+        return _parse(data, now_ms, checks, True)
     except (IndexError, struct.error, UnicodeDecodeError):
         return None
 
 
-def _parse(data: bytes, now_ms: int) -> PutRow | None:
+def stored_versions(latest: bytes) -> tuple[tuple[object, ...], dict[str, list[Version]]] | None:
+    """(PK values, {name: [version]}) of a stored row of one version per column (a lean row, see
+    `storage`), read from its `latest` encoding: the server wrote it, so its checksums are not
+    computed again. None when the fast path does not read it (a boolean key)."""
+    try:
+        row = _parse(HEADER + latest, 0, None, False)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        row = None
+    if row is None:
+        return None
+    _, _, pk, cells, _, _ = row
+    versions = {name: [(ts, value, cell, crc)] for name, value, ts, cell, crc in cells}
+    return tuple([value for _, value in pk]), versions
+
+
+def _stamp(now_ms: int) -> tuple[bytes, int]:
+    """`TAG_CELL_TIMESTAMP now_ms` and the CRC from 0 of the timestamp: the same for a request's
+    rows, so kept for the last `now_ms` seen."""
+    global _last_stamp
+    last = _last_stamp  # one read: other threads may replace it
+    if last[0] != now_ms:
+        packed = _TS(now_ms)
+        last = _last_stamp = now_ms, b"\x07" + packed, crc8_bytes(0, packed)
+    return last[1], last[2]
+
+
+def _learn(raw: bytes) -> Head | None:
+    """The `_heads` entry of a cell head not seen yet; None when it is not one of a plain value."""
+    (name_size,) = _I32(raw, 0)
+    name = raw[4 : 4 + name_size]
+    if name_size <= 0 or len(raw) != name_size + 10 or raw[4 + name_size] != 0x05:
+        return None
+    (size,) = _I32(raw, 5 + name_size)
+    vt = raw[-1]
+    if vt in (0, 1) and size == 9:
+        metered = 8
+    elif vt == 2 and size == 2:
+        metered = 1
+    elif vt in (3, 7) and size >= 5:
+        metered = size - 5
+    else:
+        return None
+    crc = crc8_bytes(0, name + raw[-1:])
+    eighths = (size + 6) >> 3 if size <= _SLOT + 1 else 0  # the value is size - 1 bytes
+    head = (name.decode(), crc, size, vt, name_size + metered, eighths,
+            _PADS[8 * eighths + 1 - size] if eighths else b"", _OVER_ZEROS[size - 1][crc] if eighths else 0)
+    if len(_heads) >= _HEADS_MAX:
+        _heads.clear()
+    _heads[raw] = head
+    return head
+
+
+def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> PutRow | None:
     if data[:5] != _ROW_START:
         return None
+    if checks is not None:
+        slots_by, expected_by = checks.slots, checks.expected
     t = _T
-    names = _names
-    i32 = _I32
+    heads = _heads
+    name_head, i64, i32 = _NAME_HEAD, _I64, _I32
     n = len(data)
     pos = 5
     row_crc = 0
     pk: list[tuple[str, object]] = []
     pk_crcs = bytearray()
     cells: list[tuple[str, object, int, bytes, int]] = []
-    ts_bytes = _TS(now_ms)
-    extended: dict[int, int] = {}
+    stamp, stamp_crc = _stamp(now_ms)
+    over_zeros = _OVER_8_ZEROS
     in_pk = True
     pk_end = 0
     lsize = 0
+    suspect = False
     while True:
         tag = data[pos]
         if tag != 0x03:
@@ -71,83 +195,77 @@ def _parse(data: bytes, now_ms: int) -> PutRow | None:
                 continue
             break
         start = pos
-        # TAG_CELL_NAME len32 name
-        if data[pos + 1] != 0x04:
+        ntag, name_size = name_head(data, pos + 1)
+        if ntag != 0x04:
             return None
-        (size,) = i32(data, pos + 2)
-        lsize += size
-        pos += 6
-        raw = data[pos : pos + size]
-        cached = names.get(raw)
-        if cached is None:
-            if size <= 0 or len(raw) != size:
-                return None
-            cached = (raw.decode("utf-8"), crc8_bytes(0, raw))
-            if len(names) >= _NAMES_MAX:
-                names.clear()
-            names[raw] = cached
-        name, crc = cached
-        pos += size
-        # TAG_CELL_VALUE len32 vtype payload
-        if data[pos] != 0x05:
+        vstart = pos + 12 + name_size  # after the value's type byte
+        raw = data[pos + 2 : vstart]
+        head = heads.get(raw) or _learn(raw)
+        if head is None:
             return None
-        (size,) = i32(data, pos + 1)
-        vstart = pos + 5
-        pos = vstart + size
-        vt = data[vstart]
+        name, crc, size, vt, metered, eighths, pad, carried = head
+        lsize += metered
+        pos = vstart + size - 1
         value: object
-        if vt == 0 and size == 9:
-            value = _I64(data, vstart + 1)[0]
-        elif vt == 3 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
-            value = data[vstart + 5 : pos].decode("utf-8")
-            lsize -= 4
-        elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5 and not in_pk:
-            value = data[vstart + 5 : pos]
-            lsize -= 4
-        elif vt == 1 and size == 9 and not in_pk:
-            value = _F64(data, vstart + 1)[0]
-        elif vt == 2 and size == 2 and not in_pk:
-            value = data[vstart + 1] != 0
-        elif vt == 7 and size >= 5 and i32(data, vstart + 1)[0] == size - 5:
-            value = data[vstart + 5 : pos]
-            lsize -= 4
+        if vt == 0:
+            value = i64(data, vstart)[0]
+        elif vt == 3 or vt == 7:
+            if i32(data, vstart)[0] != size - 5:
+                return None
+            value = data[vstart + 4 : pos]
+            if vt == 3:
+                value = value.decode()
+            suspect = suspect or size > _SHORT_VALUE
+        elif in_pk:
+            return None
+        elif vt == 1:
+            value = _F64(data, vstart)[0]
+            suspect = suspect or value - value != 0.0  # NaN or infinite
         else:
-            return None  # NULL, INF_MIN/MAX, AUTO_INCREMENT or malformed: the general path decides
-        lsize += size - 1  # the value without its type byte (and, above, a string's length)
-        if size <= _LOOP_MAX:
+            value = data[vstart] != 0
+        if not verify:  # the cell's checksum is the one it holds, after its timestamp if it has one
+            crc = data[pos + 1] if data[pos] == 0x0A else data[pos + 10]
+        elif eighths and checks is not None and data[pos] == 0x0A:
+            # Checked with the batch: the cell's checksum is the one sent, if `verify` agrees.
+            slots = slots_by[eighths]
+            slots += pad
+            slots += data[vstart:pos]
+            crc = data[pos + 1]
+            expected_by[eighths].append(carried ^ crc)
+        elif size <= _LOOP_MAX:
             for b in data[vstart:pos]:
                 crc = t[crc ^ b]
         else:
             crc = crc8_bytes(crc, data[vstart:pos])
-        value_end = pos
-        ts = None
-        if data[pos] == 0x07:
-            if in_pk:
+        if data[pos] == 0x0A:  # no timestamp: the server's, its checksum carried over from crc
+            if data[pos + 1] != crc:
                 return None
-            (ts,) = _I64(data, pos + 1)
-            for b in data[pos + 1 : pos + 9]:
-                crc = t[crc ^ b]
+            pos += 2
+            row_crc = t[row_crc ^ crc]
+            if in_pk:
+                pk.append((name, value))
+                pk_crcs.append(crc)
+                continue
+            ext = over_zeros[crc] ^ stamp_crc
+            cells.append((name, value, now_ms, b"".join((data[start : pos - 2], stamp, _CHECKSUM[ext])), ext))
+        elif data[pos] == 0x07 and not in_pk:
+            (ts,) = i64(data, pos + 1)
+            if verify:
+                for b in data[pos + 1 : pos + 9]:
+                    crc = t[crc ^ b]
             pos += 9
-        if data[pos] != 0x0A or data[pos + 1] != crc:
-            return None
-        pos += 2
-        row_crc = t[row_crc ^ crc]
-        if in_pk:
-            pk.append((name, value))
-            pk_crcs.append(crc)
-        elif ts is None:
-            ext = extended.get(crc)
-            if ext is None:
-                ext = crc
-                for b in ts_bytes:
-                    ext = t[ext ^ b]
-                extended[crc] = ext
-            encoded = b"".join((data[start:value_end], b"\x07", ts_bytes, _CHECKSUM[ext]))
-            cells.append((name, value, now_ms, encoded, ext))
-        else:
+            if data[pos] != 0x0A or data[pos + 1] != crc:
+                return None
+            pos += 2
+            row_crc = t[row_crc ^ crc]
             cells.append((name, value, ts, data[start:pos], crc))
+            suspect = True
+        else:
+            return None
     if in_pk:
         pk_end = pos
     if pos + 2 != n or data[pos] != 0x09 or data[pos + 1] != t[row_crc]:
         return None
-    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize
+    if checks is not None:
+        checks.rows.append(data)
+    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize, suspect

@@ -10,29 +10,29 @@ Columns are compared left to right, exactly like Tablestore compares primary key
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN
 
 _SIGN = 1 << 63
+_INTEGER = struct.Struct(">BQ").pack  # 01, then the value with its sign bit flipped
 
 
 def encode_key(values: Sequence[object]) -> bytes:
     """Encode PK column values (int, bool, str, bytes, INF_MIN or INF_MAX) in schema order."""
-    out = bytearray()
+    out = []
     for value in values:
-        if value is INF_MIN:
-            out += b"\x00"
+        kind = type(value)
+        if kind is int:
+            out.append(_INTEGER(1, value + _SIGN))  # type: ignore[operator]
+        elif kind is bool:
+            out.append(b"\x01\x01" if value else b"\x01\x00")
+        elif value is INF_MIN:
+            out.append(b"\x00")
         elif value is INF_MAX:
-            out += b"\xff"
-        elif type(value) is bool:
-            out += b"\x01\x01" if value else b"\x01\x00"
-        elif type(value) is int:
-            out += b"\x01"
-            out += (value + _SIGN).to_bytes(8, "big")
+            out.append(b"\xff")
         else:
             raw = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
-            out += b"\x01"
-            out += raw.replace(b"\x00", b"\x00\xff")
-            out += b"\x00\x00"
-    return bytes(out)
+            out.append(b"\x01" + raw.replace(b"\x00", b"\x00\xff") + b"\x00\x00")
+    return b"".join(out)

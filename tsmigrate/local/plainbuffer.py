@@ -24,6 +24,7 @@ Decoding (every checksum is verified; errors raise PlainBufferError):
     decode_rows(data) -> list[Row]          header + any number of rows; b'' -> []
     decode_primary_key(data) -> PrimaryKey  a PK-only row (INF_MIN/INF_MAX/AUTO_INCREMENT allowed)
     decode_value(data) -> object            a bare ``vtype + payload`` (filters, search terms)
+    decode_stored_row(row) -> (pk values, versions)   a stored row, one version per column
 
 A decoded cell without a value (delete ops) and a VT_NULL value both give ``value=None``.
 The decoder checks structure only; names, value types, NaN/inf, sentinel placement and op
@@ -46,6 +47,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "AUTO_INCREMENT",
@@ -64,6 +66,7 @@ __all__ = [
     "decode_primary_key",
     "decode_row",
     "decode_rows",
+    "decode_stored_row",
     "decode_value",
     "encode_cell",
     "encode_primary_key",
@@ -367,6 +370,28 @@ def _read_row(buf: bytes, pos: int) -> tuple[Row, int]:
     return Row(pk, cells, marker), pos + 2
 
 
+StoredVersions = dict[str, list[tuple[int, object, bytes, int]]]
+
+
+def decode_stored_row(row: bytes) -> tuple[tuple[object, ...], StoredVersions]:
+    """(PK values, {name: [(timestamp, value, cell bytes, cell checksum)]}) of a row without
+    header whose every cell carries a timestamp: a stored row's versions (see storage.Version),
+    from the row itself."""
+    pos = 1  # after TAG_ROW_PK
+    pk = []
+    while row[pos] == TAG_CELL:
+        _, value, _, _, _, pos = _read_cell(row, pos + 1)
+        pk.append(value)
+    cells: StoredVersions = {}
+    if row[pos] == TAG_ROW_DATA:
+        pos += 1
+        while row[pos] == TAG_CELL:
+            start = pos
+            name, value, _, ts, crc, pos = _read_cell(row, pos + 1)
+            cells[name] = [(ts, value, row[start:pos], crc)]
+    return tuple(pk), cells
+
+
 def _check_header(buf: bytes) -> None:
     if buf[:4] != HEADER:
         raise PlainBufferError(f"Cell data broken, mismatch header, actual: {buf[:4].hex()}, "
@@ -516,15 +541,18 @@ def encode_primary_key_cells(pk: Iterable[tuple[str, object]]) -> tuple[bytes, l
 
 
 def assemble_row(pk_bytes: bytes, pk_crcs: Sequence[int] | bytes,
-                 cells: Sequence[tuple[bytes, int]], delete_marker: bool = False) -> bytes:
-    """One row without header from pre-encoded cells (see encode_cell)."""
+                 cells: Sequence[tuple[Any, ...]], delete_marker: bool = False) -> bytes:
+    """One row without header from pre-encoded cells (see encode_cell): tuples that end with
+    (cell bytes, cell checksum), as a stored version does."""
     t = _T
-    crc = crc8_bytes(0, pk_crcs)
+    crc = 0
+    for c in pk_crcs:
+        crc = t[crc ^ c]
     if cells:
         parts = [b"\x01", pk_bytes, b"\x02"]
-        for cell, cell_crc in cells:
-            parts.append(cell)
-            crc = t[crc ^ cell_crc]
+        for cell in cells:
+            parts.append(cell[-2])
+            crc = t[crc ^ cell[-1]]
     else:
         parts = [b"\x01", pk_bytes]
     if delete_marker:

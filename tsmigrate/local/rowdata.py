@@ -7,18 +7,28 @@ cells of which none is alive does not exist, a row written with no attribute col
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from tsmigrate.local.filters import Filter
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.plainbuffer import (
     HEADER,
     assemble_row,
+    decode_value,
     encode_primary_key_cells,
     logical_size,
     value_size,
 )
 from tsmigrate.local.storage import Cells, StoredRow, Version
+
+_NAME = itemgetter(0)
+_I32 = struct.Struct("<i").unpack_from
+_I64 = struct.Struct("<q").unpack_from
+_names: dict[bytes, str] = {}  # cell name bytes -> name (names repeat across rows)
+_NAMES_MAX = 4096
 
 
 def ttl_cutoff(table: TableInfo, now_ms: int) -> int | None:
@@ -31,15 +41,29 @@ def make_row(
     lsize: int | None = None,
 ) -> StoredRow:
     """A stored row from its cells (name -> versions newest first); columns get sorted by name.
-    `lsize` is the row's logical size (see `StoredRow.lsize`) when the caller knows it."""
+    `lsize` is the row's logical size (see `StoredRow.lsize`) when the caller knows it. A row of
+    one version per column is lean: `latest` holds all of it."""
     names = sorted(cells)
     ordered = cells if names == list(cells) else {name: cells[name] for name in names}
     newest = [vs[0] for vs in ordered.values()]
-    latest = assemble_row(pk, pkc, [(v[2], v[3]) for v in newest])
+    latest = assemble_row(pk, pkc, newest)
     mints = min([v[0] for v in newest]) if newest else None
     if lsize is None:  # from the values at hand: cheaper than walking `latest` (names are ASCII)
         lsize = logical_size(pk) + sum([len(name) + value_size(vs[0][1]) for name, vs in ordered.items()])
+    if all(len(vs) == 1 for vs in ordered.values()):  # lean
+        return StoredRow(key, pk, pkc, latest, mints, b"", lsize, (pk_values, ordered))
     return StoredRow(key, pk, pkc, latest, mints, StoredRow.pack(pk_values, ordered), lsize)
+
+
+def make_lean_row(
+    key: bytes, pk: bytes, pkc: bytes, cells: Sequence[tuple[str, object, int, bytes, int]], lsize: int
+) -> StoredRow:
+    """The lean row (see `storage`) of `cells`, (name, value, timestamp, cell bytes, checksum)
+    with each name once, sorted here; `lsize`: the row's logical size."""
+    ordered = sorted(cells, key=_NAME)
+    latest = assemble_row(pk, pkc, ordered)
+    mints = min([cell[2] for cell in ordered]) if ordered else None
+    return StoredRow(key, pk, pkc, latest, mints, b"", lsize)
 
 
 def alive(table: TableInfo, row: StoredRow | None, now_ms: int) -> bool:
@@ -88,10 +112,15 @@ class ReadSpec:
     @property
     def simple(self) -> bool:
         """Whole row, newest versions only: the stored `latest` encoding answers it."""
+        return self.max_versions == 1 and self.whole_rows
+
+    @property
+    def whole_rows(self) -> bool:
+        """Every column of every row, as many versions as `max_versions` asks."""
         return (
             self.columns is None
             and self.pk_names is None
-            and self.max_versions == 1
+            and self.max_versions is not None
             and self.time_range is None
             and self.filter is None
             and self.start_column is None
@@ -102,8 +131,12 @@ class ReadSpec:
 def read(table: TableInfo, row: StoredRow, spec: ReadSpec, now_ms: int) -> bytes | None:
     """The encoded row (no header) this read returns, or None when the row is not returned."""
     cutoff = ttl_cutoff(table, now_ms)
-    if spec.simple and (cutoff is None or row.mints is None or row.mints >= cutoff):
+    # A lean row has one version per column: any number of versions reads as its newest ones.
+    simple = spec.simple or (not row.blob and spec.whole_rows)
+    if simple and (cutoff is None or row.mints is None or row.mints >= cutoff):
         return row.latest
+    if not row.blob:
+        return _read_lean(table, row, spec, cutoff)
     pk_values, cells = row.data
     exists = not cells
     limit = min(table.max_versions, spec.max_versions or table.max_versions)
@@ -137,7 +170,7 @@ def read(table: TableInfo, row: StoredRow, spec: ReadSpec, now_ms: int) -> bytes
         pk, pkc = pk_bytes, bytes(crcs)
     if not selected and not (spec.pk_names or (not cells and spec.columns is None)):
         return None
-    return assemble_row(pk, pkc, [(v[2], v[3]) for _, vs in selected for v in vs])
+    return assemble_row(pk, pkc, [v for _, vs in selected for v in vs])
 
 
 def read_size(row: StoredRow, data: bytes) -> int:
@@ -146,6 +179,88 @@ def read_size(row: StoredRow, data: bytes) -> int:
     if data is row.latest and row.lsize is not None:
         return row.lsize
     return logical_size(data)
+
+
+def _read_lean(table: TableInfo, row: StoredRow, spec: ReadSpec, cutoff: int | None) -> bytes | None:
+    """`read` of a lean row (one version per column): cells are picked from `latest` as bytes,
+    and only the values a filter looks at are decoded."""
+    latest = row.latest
+    has_cells = len(latest) > len(row.pk) + 3  # more than 0x01 pk 0x09 crc
+    selected = _pick(latest, len(row.pk) + 2, spec, cutoff) if has_cells else []
+    if selected is None:  # every cell expired
+        return None
+    if spec.filter is not None:
+        if not spec.filter.matches(_LazyColumns(latest, selected)):  # type: ignore[arg-type]
+            return None
+        page = spec.filter.pagination
+        if page is not None:
+            offset, count = page
+            selected = selected[offset : offset + count]
+    if spec.pk_names is None:
+        pk, pkc = row.pk, row.pkc
+    else:
+        every = _pick(b"\x01" + row.pk + b"\x09", 1, ReadSpec(columns=spec.pk_names), None) or []
+        pk, pkc = b"".join([c[2] for c in every]), bytes([c[3] for c in every])
+    if not selected and not (spec.pk_names or (not has_cells and spec.columns is None)):
+        return None
+    return assemble_row(pk, pkc, [(c[2], c[3]) for c in selected])
+
+
+def _pick(buf: bytes, pos: int, spec: ReadSpec, cutoff: int | None) -> list[_LeanCell] | None:
+    """The cells from `pos` on, in a row the server encoded, that `spec` wants and are alive at
+    `cutoff`; None when none is alive."""
+    i32, i64, names = _I32, _I64, _names
+    columns, time_range = spec.columns, spec.time_range
+    alive = cutoff is None
+    picked: list[_LeanCell] = []
+    while buf[pos] == 0x03:
+        start = pos
+        size = i32(buf, pos + 2)[0]
+        pos += 6 + size
+        raw = buf[pos - size : pos]
+        name = names.get(raw)
+        if name is None:
+            if len(names) >= _NAMES_MAX:
+                names.clear()
+            name = names[raw] = raw.decode()
+        value_start = value_end = pos + 5
+        if buf[pos] == 0x05:
+            value_end = pos = value_start + i32(buf, pos + 1)[0]
+        ts = 0
+        if buf[pos] == 0x07:
+            ts = i64(buf, pos + 1)[0]
+            pos += 9
+        pos += 2  # TAG_CELL_CHECKSUM crc
+        if cutoff is not None:
+            if ts < cutoff:
+                continue
+            alive = True
+        if columns is not None and name not in columns:
+            continue
+        if (spec.start_column is not None or spec.end_column is not None) and not _wanted(spec, name):
+            continue
+        if time_range is not None and not time_range[0] <= ts < time_range[1]:
+            continue
+        picked.append((name, ts, buf[start:pos], buf[pos - 1], value_start, value_end))
+    return picked if alive else None
+
+
+# (name, timestamp (0: none), cell bytes, checksum, value start, value end) of a lean row's cell
+_LeanCell = tuple[str, int, bytes, int, int, int]
+
+
+class _LazyColumns:
+    """What `Filter.matches` reads (name -> [(timestamp, value)]), decoding a value when asked."""
+
+    def __init__(self, buf: bytes, cells: list[_LeanCell]) -> None:
+        self._buf = buf
+        self._cells = {cell[0]: cell for cell in cells}
+
+    def get(self, name: str, default: object = None) -> object:
+        cell = self._cells.get(name)
+        if cell is None:
+            return default
+        return [(cell[1], decode_value(self._buf[cell[4] : cell[5]]))]
 
 
 def _wanted(spec: ReadSpec, name: str) -> bool:

@@ -38,6 +38,7 @@ from tsmigrate.local.plainbuffer import (
     OP_DELETE_ONE,
     OP_INCREMENT,
     Cell,
+    PlainBufferError,
     Row,
     assemble_row,
     decode_primary_key,
@@ -52,7 +53,7 @@ from tsmigrate.local.storage import Cells, StoredRow
 from tsmigrate.local.table_rules import NAME_RE
 
 if TYPE_CHECKING:
-    from tsmigrate.local.context import Context
+    from tsmigrate.local.context import Context, MutationHook
 
 MAX_PK_LENGTH = 1024
 MAX_VALUE_LENGTH = 2 * 1024 * 1024
@@ -109,6 +110,12 @@ def check_pk(
     for (name, value), col in zip(pk, schema, strict=True):
         if name != col.name:
             raise invalid_pk(f"Validate PK name fail. Input: {name}, Meta: {col.name}.")
+        kind = type(value)
+        if kind is _PK_PY_TYPES[col.type] and (
+            kind is int or kind is bool or len(value) * 4 <= MAX_PK_LENGTH  # type: ignore[arg-type]
+        ):
+            values.append(value)  # the common case: a str or bytes this short is within the limit
+            continue
         if value is AUTO_INCREMENT:
             if not write:
                 raise invalid("PKAutoIncr can't be used for read operations.")
@@ -224,6 +231,7 @@ class _Mutation:
         pk: Sequence[tuple[str, object]],
         condition: pb.Condition,
         encoded_pk: tuple[bytes, bytes] | None = None,
+        hooks: list[MutationHook] | None = None,
     ) -> None:
         self.ctx = ctx
         self.table = table
@@ -253,18 +261,15 @@ class _Mutation:
             encoded_pk = pk_bytes, bytes(crcs)
         self.pk, self.pkc = encoded_pk
         self.condition = condition
-        self.hooks = ctx.server.hooks_for(table)
+        # A condition on the row's existence or on its columns (each costs one read).
+        self.conditional = condition.row_existence != pb.IGNORE or condition.HasField("column_condition")
+        self.hooks = ctx.server.hooks_for(table) if hooks is None else hooks
         self._old: StoredRow | None = None
         self._loaded = False
 
     @property
     def needs_old(self) -> bool:
-        c = self.condition
-        return (
-            c.row_existence != pb.IGNORE
-            or c.HasField("column_condition")
-            or bool(self.hooks)
-        )
+        return self.conditional or bool(self.hooks)
 
     def old(self) -> StoredRow | None:
         if not self._loaded:
@@ -278,9 +283,9 @@ class _Mutation:
         return self._old
 
     def check_condition(self) -> None:
-        c = self.condition
-        if c.row_existence == pb.IGNORE and not c.HasField("column_condition"):
+        if not self.conditional:
             return
+        c = self.condition
         old = self.old()
         exists = rowdata.alive(self.table, old, self.now_ms)
         if c.row_existence == pb.EXPECT_EXIST and not exists:
@@ -297,33 +302,33 @@ class _Mutation:
     ) -> StoredRow | None:
         """Store the row with `cells` (None deletes it) and run the mutation hooks, which see
         `change` as `ctx.row_change`. `lsize`: the row's logical size, when the caller knows it."""
-        storage = self.ctx.storage
         new = None
+        if cells is not None:
+            new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells, lsize)
+        self.store(new, change)
+        return new
+
+    def store(self, new: StoredRow | None, change: RowChange | None) -> None:
+        """`write` with the new row (None: a delete) built."""
         txn = self.ctx.txn
         if txn is not None:  # held back until commit, which runs the hooks
-            if cells is not None:
-                new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells, lsize)
             txn.rows[self.key] = new
             txn.writes.append((self.table, self.key, new, change))
-            return new
+            return
         # Hooks get the row as it was: load it before it is overwritten.
         old = self.old() if self.hooks else None
-        if cells is None:
-            storage.delete(self.table.table_id, self.key)
+        if new is None:
+            self.ctx.storage.delete(self.table.table_id, self.key)
         else:
-            new = rowdata.make_row(self.key, self.pk, self.pkc, self.pk_values, cells, lsize)
-            storage.put(self.table.table_id, new)
+            self.ctx.storage.put(self.table.table_id, new)
         if self.hooks:
             self.ctx.row_change = change
             for hook in self.hooks:
                 hook(self.ctx, self.table, self.key, old, new)
             self.ctx.row_change = None
-        return new
 
     def result(self, return_content: pb.ReturnContent, new: StoredRow | None, size: int) -> WriteResult:
-        # A condition costs one read, whether on the row's existence or on its columns.
-        c = self.condition
-        read_cu = 1 if c.row_existence != pb.IGNORE or c.HasField("column_condition") else 0
+        read_cu = 1 if self.conditional else 0
         write_cu = _cu(size)
         kind = return_content.return_type  # RT_NONE when unset
         if kind == pb.RT_PK:
@@ -348,7 +353,9 @@ def put_one(
     row: Row | fastrow.PutRow,
     condition: pb.Condition,
     return_content: pb.ReturnContent,
+    hooks: list[MutationHook] | None = None,
 ) -> WriteResult:
+    """`hooks`: `ctx.server.hooks_for(table)` when the caller has them."""
     now_ms = ctx.now_ms
     if isinstance(row, Row):
         if row.delete_marker:
@@ -362,17 +369,77 @@ def put_one(
             ts = now_ms if cell.timestamp is None else cell.timestamp
             given.append((cell.name, cell.value, ts, *encode_cell(cell.name, cell.value, ts)))
         size = sum([len(name) + value_size(value) for name, value, *_ in given])
+        suspect = True
     else:  # the fast path metered the row (its key included) while parsing it
-        pk_bytes, pk_crcs, pk, given, size = row
+        pk_bytes, pk_crcs, pk, given, size, suspect = row
         encoded_pk = pk_bytes, pk_crcs
     if len(given) > MAX_COLUMNS_PER_WRITE:
         raise invalid(
             f"The number of attribute columns exceeds the limit, limit count: "
             f"{MAX_COLUMNS_PER_WRITE}, column count: {len(given)}."
         )
+    names = {cell[0] for cell in given}
+    if suspect or not names <= _valid_names or not names.isdisjoint(table.pk_name_set):
+        _check_cells(table, given, now_ms)
+    unique = len(names) == len(given)
+    if (
+        encoded_pk is not None
+        and unique
+        and ctx.txn is None
+        and condition.row_existence == pb.IGNORE
+        and not condition.HasField("column_condition")
+        and return_content.return_type == pb.RT_NONE
+    ):  # no condition to check, nothing to return
+        if hooks is None:
+            hooks = ctx.server.hooks_for(table)
+        if not hooks:
+            return _put_plain(ctx, table, pk, encoded_pk, given, size)
+    mutation = _Mutation(ctx, table, pk, condition, encoded_pk, hooks)
+    mutation.check_condition()
+    if encoded_pk is None:
+        size += logical_size(mutation.pk)
+    if unique and not mutation.hooks and ctx.txn is None:
+        # Nothing needs the values again: the row is its cells, stored as they are.
+        new: StoredRow | None = rowdata.make_lean_row(
+            mutation.key, mutation.pk, mutation.pkc, given, size
+        )
+        mutation.store(new, None)
+        return mutation.result(return_content, new, size)
     cells: Cells = {}
-    valid, pk_names = _valid_names, table.pk_name_set
     for name, value, ts, encoded, crc in given:
+        if name in cells:
+            _add_version(cells, name, (ts, value, encoded, crc))
+            cells[name] = cells[name][: table.max_versions]
+        else:
+            cells[name] = [(ts, value, encoded, crc)]
+    change = None
+    if mutation.hooks or ctx.txn is not None:
+        change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
+    # With every name given once, the row's newest versions are the cells given: what the write
+    # meters is what the row's reads will.
+    new = mutation.write(cells, change, size if unique else None)
+    return mutation.result(return_content, new, size)
+
+
+def _put_plain(
+    ctx: Context, table: TableInfo, pk: Sequence[tuple[str, object]], encoded_pk: tuple[bytes, bytes],
+    cells: list[tuple[str, object, int, bytes, int]], size: int,
+) -> WriteResult:
+    """`put_one` of a row of the fast path (no auto-increment) with each column once, no
+    condition, nothing to return, no hooks and no transaction: a `_Mutation` without the rest."""
+    values = check_pk(table, pk, write=True)
+    ctx.server.transactions.check_write(ctx, table, values[0])
+    key = keycodec.encode_key(values)
+    ctx.storage.put(table.table_id, rowdata.make_lean_row(key, *encoded_pk, cells, size))
+    return WriteResult(b"", 0, _cu(size))
+
+
+def _check_cells(
+    table: TableInfo, cells: list[tuple[str, object, int, bytes, int]], now_ms: int
+) -> None:
+    """The checks of `_check_value` and `_check_timestamp` that can fail, cell by cell."""
+    valid, pk_names = _valid_names, table.pk_name_set
+    for name, value, ts, _, _ in cells:
         kind = type(value)
         # The full check only where it can fail: new names, doubles, long strings and blobs.
         if (
@@ -384,22 +451,6 @@ def put_one(
             _check_value(table, name, value)
         if ts != now_ms:
             _check_timestamp(table, name, ts, now_ms)
-        if name in cells:
-            _add_version(cells, name, (ts, value, encoded, crc))
-            cells[name] = cells[name][: table.max_versions]
-        else:
-            cells[name] = [(ts, value, encoded, crc)]
-    mutation = _Mutation(ctx, table, pk, condition, encoded_pk)
-    mutation.check_condition()
-    change = None
-    if mutation.hooks or ctx.txn is not None:
-        change = RowChange(pb.PUT, [(n, v[1], None, v[0]) for n, vs in cells.items() for v in vs])
-    if encoded_pk is None:
-        size += logical_size(mutation.pk)
-    # With every name given once, the row's newest versions are the cells given: what the write
-    # meters is what the row's reads will.
-    new = mutation.write(cells, change, size if len(cells) == len(given) else None)
-    return mutation.result(return_content, new, size)
 
 
 def update_one(ctx: Context, table: TableInfo, row: Row, condition: pb.Condition,
@@ -784,35 +835,55 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
             f"limit size: {BATCH_WRITE_BYTES}, data size: {size}"
         )
     # Everything is decoded before anything is written: corrupt data fails the whole request.
+    checks = fastrow.Checksums() if total >= fastrow.CHECK_TOGETHER else None
     plan = []
     for item in req.tables:
         table = writable_table(ctx, item.table_name)
-        decoded = [
-            decode_put_row(ctx, r.row_change) if r.type == pb.PUT else decode_row(r.row_change)
-            for r in item.rows
-        ]
+        decoded: list[Row | fastrow.PutRow] = []
+        for r in item.rows:
+            data = r.row_change
+            row = fastrow.parse_put_row(data, ctx.now_ms, checks) if r.type == pb.PUT else None
+            if row is None:
+                _verify(checks)  # rows before this one fail first, as they would one by one
+                row = decode_row(data)
+            decoded.append(row)
         plan.append((item, table, decoded))
+    _verify(checks)
     transactions.bind(ctx, req)
     faults = ctx.server.options.faults
     # Rows write with one statement each, so only mutation hooks need per-row savepoints.
     tables = []
     with ctx.storage.transaction():
         for item, table, decoded in plan:
-            isolate = ctx.storage.savepoint if ctx.server.hooks_for(table) else contextlib.nullcontext
+            hooks = ctx.server.hooks_for(table)
             results = []
             for request_row, row in zip(item.rows, decoded, strict=True):
                 try:
                     fault = faults.row_error(ctx.api) if faults is not None else None
                     if fault is not None:
                         raise fault
-                    with isolate():
-                        written = _batch_row(ctx, table, request_row, row)
+                    if hooks:
+                        with ctx.storage.savepoint():
+                            written = _batch_row(ctx, table, request_row, row, hooks)
+                    else:
+                        written = _batch_row(ctx, table, request_row, row, hooks)
                 except OTSError as e:
                     results.append(_failed_row(e))
                     continue
                 results.append(_ok_row(written))
             tables.append(_pb_field(1, _pb_field(1, item.table_name.encode()) + b"".join(results)))
     return b"".join(tables)
+
+
+def _verify(checks: fastrow.Checksums | None) -> None:
+    """Raise the error of the first row whose cells `checks` found a wrong checksum in."""
+    if checks is None:
+        return
+    suspects = checks.verify()
+    for data in suspects:
+        decode_row(data)  # raises for the first row with a wrong checksum
+    if suspects:  # (never: `decode_row` checks every cell)
+        raise PlainBufferError("Cell data broken, checksum mismatch.")
 
 
 # The response of a batch is assembled from per-row pieces: building thousands of protobuf
@@ -855,11 +926,12 @@ def _failed_row(e: OTSError) -> bytes:
 
 
 def _batch_row(
-    ctx: Context, table: TableInfo, request_row: pb.RowInBatchWriteRowRequest, row: Any
+    ctx: Context, table: TableInfo, request_row: pb.RowInBatchWriteRowRequest, row: Any,
+    hooks: list[MutationHook],
 ) -> WriteResult:
     condition, return_content = request_row.condition, request_row.return_content
     if request_row.type == pb.PUT:
-        return put_one(ctx, table, row, condition, return_content)
+        return put_one(ctx, table, row, condition, return_content, hooks)
     if request_row.type == pb.UPDATE:
         return update_one(ctx, table, row, condition, return_content, in_batch=True)
     return delete_one(ctx, table, row, condition, return_content)

@@ -1,10 +1,18 @@
 """SQLite storage: table metadata and rows, durable in a directory or in memory.
 
 Rows live in one `WITHOUT ROWID` table keyed by (table_id, order-preserving key), so a GetRange is
-an index range scan. Per row we keep the encoded PK cells and their checksums, every cell version
-with its encoded PlainBuffer cell (value + timestamp) and checksum, and `latest`: the complete
-encoded row of the newest versions, so the common read (max_versions=1, whole row) is a copy, with
-`lsize`, its logical size (what the read meters), so the read walks no cell.
+an index range scan. Per row we keep the encoded PK cells and their checksums, `latest`: the
+complete encoded row of the newest versions, so the common read (max_versions=1, whole row) is a
+copy, with `lsize`, its logical size (what the read meters), so the read walks no cell, and
+`cells`: every cell version with its encoded PlainBuffer cell (value + timestamp) and checksum.
+
+A lean row, one whose every column has one version (what a PutRow writes), stores `cells` empty:
+its versions are those of `latest`, decoded when asked for (`fastrow.stored_versions`), so a put
+stores each cell once. Rows stored before lean rows existed all hold `cells` and read as before.
+A server from before lean rows reads a lean row's whole-row reads right but fails on any read
+that needs its versions (filters, columns_to_get, conditions, updates: marshal's "EOF read where
+object expected"); the directory's format number (`PRAGMA user_version`, `FORMAT`) lets servers
+from now on refuse a directory newer than they read instead.
 
 One connection serialised by a lock: SQLite has one writer anyway, and under the GIL parallel
 readers would gain little. Each request runs in one transaction, so a failed request leaves nothing.
@@ -22,7 +30,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
+from tsmigrate.local.fastrow import stored_versions
 from tsmigrate.local.model import TableInfo
+from tsmigrate.local.plainbuffer import decode_stored_row
+
+# The sqlite3 module binds int, float, str and bytearray directly, but looks every bytes parameter
+# up as something to adapt, failing through two attribute lookups (a formatted AttributeError):
+# a tenth of what storing a row costs. An identity adapter is found at the first lookup, and
+# `bytes.__bytes__` (Python 3.11+; a bytes object itself) is the cheapest one to call.
+sqlite3.register_adapter(bytes, getattr(bytes, "__bytes__", bytes))
 
 DB_FILE = "tablestore.sqlite3"
 # Space set aside next to the database, given back when the disk refuses a write: the writes that
@@ -39,7 +55,8 @@ _INSERT_ROW = (
     "INSERT OR REPLACE INTO rows (t, k, pk, pkc, latest, mints, cells, lsize)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_ROW_COLUMNS = "k, pk, pkc, latest, mints, cells, lsize"  # StoredRow's fields
+_ROW_COLUMNS = "k, pk, pkc, latest, mints, cells, lsize"  # StoredRow's stored fields
+_STORED_FIELDS = _ROW_COLUMNS.count(",") + 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
     instance TEXT NOT NULL, name TEXT NOT NULL, table_id INTEGER NOT NULL, meta TEXT NOT NULL,
@@ -54,6 +71,10 @@ CREATE TABLE IF NOT EXISTS search_indexes (
     schema BLOB NOT NULL, ttl INTEGER NOT NULL, create_time INTEGER NOT NULL, meta TEXT NOT NULL,
     PRIMARY KEY (instance, table_name, index_name)) WITHOUT ROWID;
 """
+
+# The data directory's format (`PRAGMA user_version`): 1 since lean rows. A directory of a
+# higher number is refused (a newer server wrote rows this one may misread).
+FORMAT = 1
 
 # Columns `rows` gained after data directories were first written, added when one is opened. Rows
 # written before (or by an older server since) hold NULL there: readers compute the value then.
@@ -96,6 +117,16 @@ class StorageUnwritable(Exception):
         self.data_dir = data_dir
 
 
+class StorageFormatError(Exception):
+    """The data directory was written by a newer server, in a format this one does not read."""
+
+    def __init__(self, data_dir: str | None, found: int) -> None:
+        super().__init__(
+            f"the local data in {data_dir} has format {found}, newer than this tsmigrate reads "
+            f"({FORMAT}): use the tsmigrate that wrote it, or a newer one")
+        self.data_dir = data_dir
+
+
 class StoredRow(NamedTuple):
     """One stored row; `pk`/`pkc` are the encoded PK cells and their checksums, `latest` the
     encoded row (no header) of the newest version of every column."""
@@ -105,14 +136,21 @@ class StoredRow(NamedTuple):
     pkc: bytes
     latest: bytes
     mints: int | None  # oldest timestamp among the newest versions (TTL fast path)
-    blob: bytes  # marshal of (pk values, cells)
+    blob: bytes  # marshal of (pk values, cells), or empty: a lean row (see the module docstring)
     # `plainbuffer.logical_size(latest)`, what a whole-row read meters, kept so that a scan need
     # not walk every cell; None for a row stored without it (see `_ADDED_ROW_COLUMNS`).
     lsize: int | None = None
+    # (pk values, cells) of a lean row the server just built from them, so that the mutation
+    # hooks do not decode them again (not stored: read rows have None).
+    versions: tuple[tuple[object, ...], Cells] | None = None
 
     @property
     def data(self) -> tuple[tuple[object, ...], Cells]:
-        return marshal.loads(self.blob)  # type: ignore[no-any-return]
+        if self.blob:
+            return marshal.loads(self.blob)  # type: ignore[no-any-return]
+        if self.versions is not None:
+            return self.versions
+        return stored_versions(self.latest) or decode_stored_row(self.latest)
 
     @staticmethod
     def pack(pk_values: tuple[object, ...], cells: Cells) -> bytes:
@@ -151,11 +189,15 @@ class Storage:
                 # NORMAL in WAL mode survives process crashes; only power loss can drop the last commits.
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA cache_size=-65536")
+            self._check_format()
             self._db.executescript(_SCHEMA)
             have = {row[1] for row in self._db.execute("PRAGMA table_info(rows)")}
             for name, kind in _ADDED_ROW_COLUMNS:
                 if name not in have:
                     self._db.execute(f"ALTER TABLE rows ADD COLUMN {name} {kind}")
+        except StorageFormatError:
+            self._db.close()
+            raise
         except sqlite3.Error as exc:
             self._db.close()
             if is_disk_failure(exc):  # opening writes (the WAL, the schema): say which disk
@@ -171,6 +213,15 @@ class Storage:
         # Row inserts of the current transaction not yet sent to SQLite: a batch of puts goes in
         # one executemany. Every other statement flushes them first, so reads see them.
         self._pending: list[tuple[object, ...]] = []
+
+    def _check_format(self) -> None:
+        """Refuse a directory a newer server wrote; mark an older one as this format (it reads
+        as is: lean rows only add to what a directory may hold)."""
+        (found,) = self._db.execute("PRAGMA user_version").fetchone()
+        if found > FORMAT:
+            raise StorageFormatError(self.data_dir, found)
+        if found < FORMAT:
+            self._db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def _make_reserve(self) -> None:
         """Set `RESERVE_BYTES` aside, unless it is already or the disk has no room for it."""
@@ -292,7 +343,7 @@ class Storage:
         return None if row is None else StoredRow(*row)
 
     def put(self, table_id: int, row: StoredRow) -> None:
-        self._pending.append((table_id, *row))
+        self._pending.append((table_id, *row[:_STORED_FIELDS]))
         if not self._in_txn:
             self._flush()
 
