@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from tsmigrate.local.plainbuffer import (
     HEADER,
+    PlainBufferError,
     assemble_row,
     decode_rows,
     encode_cell,
@@ -15,7 +16,15 @@ from tsmigrate.local.plainbuffer import (
     encode_primary_key_cells,
     join_rows,
 )
-from tsmigrate.rewrite.rowbytes import cell_value, key_cell, key_row, row_cells, scan_rows
+from tsmigrate.rewrite.rowbytes import (
+    cell_value,
+    key_cell,
+    key_row,
+    page_totals,
+    row_cells,
+    row_digest,
+    scan_rows,
+)
 
 SETTINGS = settings(max_examples=150, deadline=None)
 _KEY_VALUE = st.one_of(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), st.binary(max_size=40))
@@ -77,3 +86,23 @@ def test_one_row_gives_its_key_and_every_cell_as_bytes(key, cells, wanted) -> No
     for name, value, _ in cells:
         newest.setdefault(name, value)
     assert values == {n: v for n, v in newest.items() if n in wanted}
+
+
+def test_page_totals_count_and_hash_each_row_as_its_key_cells_0x02_and_attribute_cells() -> None:
+    rows = [([("id", "a")], [encode_cell("x", 1, 5), encode_cell("y", "é", 6)]),
+            ([("id", "b")], []),  # a key-only row hashes as if 0x02 ended it
+            ([("id", "c")], [encode_cell("x", b"", 7)])]
+    encoded = []
+    expected = 0
+    for key, cells in rows:
+        pk, crcs = encode_primary_key_cells(key)
+        encoded.append(assemble_row(pk, crcs, cells))
+        expected += row_digest(pk, b"".join(cell for cell, _ in cells))
+    page = join_rows(encoded)
+    assert page_totals(page) == (3, expected)
+    assert page_totals(b"") == (0, 0)
+    corrupted = bytearray(page)
+    corrupted[page.index("é".encode())] ^= 1
+    assert page_totals(bytes(corrupted))[1] != expected
+    with pytest.raises(PlainBufferError, match="truncated or malformed"):
+        page_totals(page[:-3])

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from tsmigrate.commands.common import (
     err_console,
+    imports_uncollected,
     lint_config,
     load_catalog,
     models_option,
@@ -47,7 +48,9 @@ class InterruptedOutsideSteps(TsmigrateError):
 
 
 class _Bar:
-    """A progress bar created at the first step, so it never draws under the prompt."""
+    """A progress bar created at the first step, so it never draws under the prompt. No bar in
+    a pipe: it is transient, so it would show nothing there, yet rich would still render it ten
+    times a second for the whole apply, a rewrite's backfill included."""
 
     def __init__(self) -> None:
         self.bar: Any = None
@@ -56,6 +59,8 @@ class _Bar:
     def __call__(self, number: int, total: int, step: Any) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        if not err_console.is_terminal:
+            return
         if self.bar is None:
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), console=err_console, transient=True)
@@ -152,14 +157,15 @@ def apply_command(models, project, choice, plan_file, yes, fmt, **flags):
     that --allow-destructive acknowledges. A failed or interrupted run names the step and
     what was done before it; running apply again continues from the live state.
     """
-    from tsmigrate.instance import adapter
-    from tsmigrate.instance.apply import ApplyFailed, ApplyHooks, ApplyRefused, apply
-    from tsmigrate.instance.target import connect
-    from tsmigrate.planning.planfile import read_plan_file
-    from tsmigrate.planning.planrender import findings_text, plan_text
-    from tsmigrate.reindex.progress import ReindexProgress
-    from tsmigrate.rewrite import driver
-    from tsmigrate.rewrite.progress import ApplyProgress, next_step
+    with imports_uncollected():
+        from tsmigrate.instance import adapter
+        from tsmigrate.instance.apply import ApplyFailed, ApplyHooks, ApplyRefused, apply
+        from tsmigrate.instance.target import connect
+        from tsmigrate.planning.planfile import read_plan_file
+        from tsmigrate.planning.planrender import findings_text, plan_text
+        from tsmigrate.reindex.progress import ReindexProgress
+        from tsmigrate.rewrite import driver
+        from tsmigrate.rewrite.progress import ApplyProgress, next_step
 
     as_json = fmt == "json"
     # Human output goes to stderr under --format json, so stdout holds only the JSON result.

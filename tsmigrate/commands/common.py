@@ -4,6 +4,7 @@ loading the project's models and inspecting the target."""
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,21 @@ EXIT_LINT_ERROR = 3
 # nothing went wrong with the target, and no error is printed.
 EXIT_BROKEN_PIPE = 141
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def imports_uncollected() -> Iterator[None]:
+    """Imports without the cyclic garbage collector: importing a command's modules (the SDK's
+    above all) makes objects by the hundred thousand and frees few, so the collections they
+    trigger walk ever more objects for nothing (apply's imports: 0.8 s of CPU without, 1.0 s
+    with them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def reports_errors(command: F) -> F:

@@ -29,7 +29,7 @@ import tablestore as ts
 
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import copy, machine, prepare, reverse
+from tsmigrate.rewrite import copy, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.progress import next_step
 
@@ -397,6 +397,8 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
         return (deadline is not None and time.monotonic() >= deadline) or (
             stop is not None and stop.is_set())
 
+    from tsmigrate.rewrite import reverse  # not before: it imports the service layer, apply needs none
+
     if runner.rewrite.phase not in (machine.READY, machine.SWITCHED):
         raise not_ready(runner.rewrite, "follow runs in phase ready or switched")
     while not over():
@@ -528,12 +530,16 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
         drop_table(client, job.source.name)
     done = runner.save(phase=machine.DONE, finished_ms=machine.now_ms(),
                        source_dropped=allow_destructive)
+    from tsmigrate.rewrite import reverse
+
     reverse.forget_clients(client, done.target)
     return done
 
 
 def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
     """Apply the target's last changes to the old table, which readers may still read."""
+    from tsmigrate.rewrite import reverse
+
     capture = reverse.make_reverse_capture(client, runner.rewrite)
     while True:
         capture.step()
@@ -585,7 +591,7 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
     was = rewrite.get("stream_was")
     if was is not None and job.source.name in client.list_table():
         prepare.restore_stream(RawClient(client), job.source.name, was)
-    from tsmigrate.rewrite import checkpoints
+    from tsmigrate.rewrite import checkpoints, reverse
 
     checkpoints.clear(client, job.id)
     aborted = runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())

@@ -17,7 +17,7 @@ from rich.progress import (
 
 from tsmigrate.instance.pipeprogress import clock
 from tsmigrate.instance.state import StateRowError
-from tsmigrate.rewrite import machine, reverse
+from tsmigrate.rewrite import machine
 
 NEXT_STEP = {
     machine.PREPARE: "tsmigrate apply continues it",
@@ -140,6 +140,8 @@ def _runner_alive(rewrite: machine.Rewrite) -> bool:
 
 def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
     """Processes routing this rewrite (heartbeats of the last minute): where each writes."""
+    from tsmigrate.rewrite import reverse  # imports the service layer: status only, not apply
+
     if not rewrite.active:
         return []
     return [{"host": c.get("host"), "pid": c.get("pid"), "table": c.get("table"),

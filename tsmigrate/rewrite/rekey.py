@@ -13,6 +13,7 @@ same bytes and digest through the general path, which it falls back to when a ro
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Sequence
 
@@ -22,11 +23,10 @@ from tsmigrate.local.plainbuffer import HEADER, PlainBufferError
 from tsmigrate.rewrite.rowbytes import (
     CRC8_SHIFT,
     CRC8_TABLE,
+    DIGEST_BITS,
     ROW_CHECKSUM,
-    content_digest,
     is_empty_page,
     key_cell,
-    row_end,
     value_at,
 )
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
@@ -34,10 +34,10 @@ from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 _I32 = struct.Struct("<i").unpack_from
 # The value type byte a key column of each type holds.
 _VTYPES = {STRING: 0x03, INTEGER: 0x00, BINARY: 0x07}
-# Raw ``name + value`` bytes of an attribute cell -> (key cell, checksum), for every transform
-# of the process (split tasks build their own): keys built from attributes repeat values (a
-# keyword, a day) across rows and splits.
-_key_cells: dict[bytes, tuple[bytes, int]] = {}
+# Raw ``name + value`` bytes of an attribute cell -> (key cell, checksum, value type), for every
+# transform of the process (split tasks build their own): keys built from attributes repeat
+# values (a keyword, a day) across rows and splits.
+_key_cells: dict[bytes, tuple[bytes, int, int]] = {}
 _KEY_CELLS_MAX = 16384
 _KEY_CELL_CACHED_BYTES = 160
 
@@ -78,13 +78,16 @@ class Rekey:
         digests (not masked) and their bytes. Raises NotRekeyable for a row that does not fit."""
         if is_empty_page(buf):
             return [], 0, 0
+        # Names bound locally and the digest inlined: this loop is most of a backfill's CPU.
         i32 = _I32
         t = CRC8_TABLE
         parts = self.parts
         moved = self.moved
         sizes = frozenset(len(name) for name in moved)
         cache = _key_cells
-        digest = content_digest
+        blake2b = hashlib.blake2b
+        from_bytes = int.from_bytes
+        digest_size = DIGEST_BITS // 8
         row_checksum = ROW_CHECKSUM
         shift = CRC8_SHIFT
         out = []
@@ -97,10 +100,11 @@ class Rekey:
                 key_cells = []  # (start, end) of each source key cell, its checksum last
                 while buf[pos] == 0x03:
                     start = pos
-                    pos += 6 + i32(buf, pos + 2)[0]
+                    pos += 6 + buf[pos + 2]  # a name's len32: names have 1 to 255 bytes
                     pos += 7 + i32(buf, pos + 1)[0]  # TAG_CELL_VALUE len32 value TAG_CELL_CHECKSUM crc
                     key_cells.append((start, pos))
-                found: dict[bytes, tuple[int, int]] = {}  # moved name -> its newest cell's name + value
+                # moved name -> (key cell, its checksum, value type) of its newest version
+                found: dict[bytes, tuple[bytes, int, int]] = {}
                 # The attribute cells' part of the row checksum (from 0; CRC-8 is linear, so
                 # the key cells' part, computed once the key is known, is shifted over it).
                 attribute_crc = kept = 0
@@ -110,16 +114,15 @@ class Rekey:
                     piece = pos
                     while buf[pos] == 0x03:
                         cell = pos
-                        name_size = i32(buf, pos + 2)[0]
+                        name_size = buf[pos + 2]
                         pos += 6 + name_size
                         value_end = pos
                         if buf[pos] == 0x05:
                             pos = value_end = pos + 5 + i32(buf, pos + 1)[0]
-                        tag = buf[pos]
-                        if tag == 0x07:  # a timestamp, then the checksum: most cells
+                        if buf[pos] == 0x07:  # a timestamp, then the checksum: most cells
                             pos += 11
                         else:
-                            if tag == 0x06:
+                            if buf[pos] == 0x06:
                                 pos += 2
                             if buf[pos] == 0x07:
                                 pos += 9
@@ -128,14 +131,21 @@ class Rekey:
                             name = buf[cell + 6 : cell + 6 + name_size]
                             if name in moved:
                                 if name not in found and value_end > cell + 6 + name_size:
-                                    found[name] = (cell, value_end)
-                                pieces.append(buf[piece:cell])
+                                    raw = buf[cell:value_end]
+                                    found[name] = cache.get(raw) or _cached_key_cell(raw, name)
+                                if piece < cell:
+                                    pieces.append(buf[piece:cell])
                                 piece = pos
                                 continue
                         attribute_crc = t[attribute_crc ^ buf[pos - 1]]
                         kept += 1
-                    pieces.append(buf[piece:pos])
-                pos = row_end(buf, pos)
+                    if piece < pos:
+                        pieces.append(buf[piece:pos])
+                if buf[pos] == 0x08:  # the delete marker
+                    pos += 1
+                if buf[pos] != 0x09:
+                    raise PlainBufferError(f"row checksum tag expected at offset {pos}")
+                pos += 2
                 crc = 0
                 cells = [HEADER, b"\x01"]
                 for part in parts:
@@ -144,18 +154,9 @@ class Rekey:
                         cells.append(buf[start:end])
                         crc = t[crc ^ buf[end - 1]]
                         continue
-                    name, vtype = part  # type: ignore[misc]
-                    span = found.get(name)
-                    if span is None or buf[span[0] + 11 + len(name)] != vtype:
-                        raise NotRekeyable(name)
-                    raw = buf[span[0] : span[1]]
-                    hit = cache.get(raw)
-                    if hit is None:
-                        hit = _key_cell(buf, span[0], span[1], name)
-                        if len(raw) <= _KEY_CELL_CACHED_BYTES:
-                            if len(cache) >= _KEY_CELLS_MAX:
-                                cache.clear()
-                            cache[raw] = hit
+                    hit = found.get(part[0])  # type: ignore[index]
+                    if hit is None or hit[2] != part[1]:  # type: ignore[index]
+                        raise NotRekeyable(part[0])  # type: ignore[index]
                     cells.append(hit[0])
                     crc = t[crc ^ hit[1]]
                 if kept:
@@ -164,16 +165,29 @@ class Rekey:
                 cells.append(row_checksum[t[crc]])
                 row = b"".join(cells)
                 out.append(row)
-                # The digest covers the key cells, 0x02 and the attribute cells: the row but its
-                # header, TAG_ROW_PK and checksum (0x02 added when it has no attribute cells)
-                total += digest(row[5:-2] if kept else row[5:-2] + b"\x02")
+                # The digest (``content_digest``) covers the key cells, 0x02 and the attribute
+                # cells: the row but its header, TAG_ROW_PK and checksum (0x02 added when it has
+                # no attribute cells)
+                content = row[5:-2] if kept else row[5:-2] + b"\x02"
+                total += from_bytes(blake2b(content, digest_size=digest_size).digest(), "little")
         except (IndexError, struct.error) as exc:
             raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
         return out, total, sum(map(len, out)) - 4 * len(out)
 
 
-def _key_cell(buf: bytes, cell: int, value_end: int, name: bytes) -> tuple[bytes, int]:
-    """The key cell of an attribute cell's name and value (``buf[cell:value_end]``)."""
-    value_start = cell + 6 + len(name) + 5
-    return key_cell(name.decode("utf-8"), value_at(buf, value_start, value_end))
-
+def _cached_key_cell(raw: bytes, name: bytes) -> tuple[bytes, int, int]:
+    """The key cell, its checksum and value type of an attribute cell's ``name + value``
+    (``raw``); a value no key column holds (a DOUBLE, a BOOLEAN) gets no cell, and its type
+    makes the row NotRekeyable."""
+    value_start = 6 + len(name) + 5
+    vtype = raw[value_start]
+    if vtype in _VTYPES.values():
+        cell, crc = key_cell(name.decode("utf-8"), value_at(raw, value_start, len(raw)))
+    else:
+        cell, crc = b"", 0
+    hit = (cell, crc, vtype)
+    if len(raw) <= _KEY_CELL_CACHED_BYTES:
+        if len(_key_cells) >= _KEY_CELLS_MAX:
+            _key_cells.clear()
+        _key_cells[raw] = hit
+    return hit

@@ -32,7 +32,7 @@ from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.rowbytes import DIGEST_MASK, content_digest, row_digest, row_spans, scan_rows
+from tsmigrate.rewrite.rowbytes import DIGEST_MASK, page_totals, row_digest, scan_rows
 from tsmigrate.rewrite.splits import Split, compute, locator
 from tsmigrate.rewrite.transform import RowTransform, build, format_key
 from tsmigrate.schema import Table
@@ -123,18 +123,6 @@ def _pages(raw: RawClient, table: str, start: bytes, end: bytes, versions: int):
         start = following
 
 
-def _target_page_totals(buf: bytes) -> tuple[int, int]:
-    """Rows and digest sum of a page of target rows, hashed as read."""
-    count = digest = 0
-    for pk_start, pk_end, attributes_end in row_spans(buf):
-        count += 1
-        if attributes_end > pk_end:  # key cells, 0x02 and attribute cells: one slice, no copy
-            digest += content_digest(buf[pk_start:attributes_end])
-        else:
-            digest += row_digest(buf[pk_start:pk_end], b"")
-    return count, digest
-
-
 def _source_rows(raw: RawClient, transform: RowTransform, split: Split):
     """(source key, target key, digest) of every source row of ``split``, transformed."""
     versions = transform.target.options.max_versions  # as many as the copy reads
@@ -194,7 +182,7 @@ def verify(
         count = digest = 0
         for buf in _pages(raw, transform.target.name, part.start_bytes, part.end_bytes,
                           transform.target.options.max_versions):
-            rows, page_digest = _target_page_totals(buf)
+            rows, page_digest = page_totals(buf)
             count += rows
             digest += page_digest
         return count, digest

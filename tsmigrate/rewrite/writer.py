@@ -17,6 +17,7 @@ waits for these and records them, so the requests run on across its checkpoint r
 
 from __future__ import annotations
 
+import operator
 import struct
 import threading
 import time
@@ -47,6 +48,7 @@ from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
 MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
+_IS_OK = operator.attrgetter("is_ok")
 
 # One cell of an UpdateRow: ("put", name, (encoded cell, its checksum), timestamp), the cell as
 # read (capture passes cells through as bytes), or ("delete", name, None, timestamp), deleting
@@ -174,11 +176,13 @@ class BatchWriter:
             self.stats.requests += 1
         with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
             response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
-        failed = []
+        failed: list[bytes] = []
         error = None
         results = response.tables[0].rows
         if len(results) != len(rows):
             raise WriteError(f"BatchWriteRow to {self.table!r} answered {len(results)} rows of {len(rows)}")
+        if all(map(_IS_OK, results)):  # the common answer, checked without a Python loop
+            return failed, error
         for position in [i for i, result in enumerate(results) if not result.is_ok]:
             row, result = rows[position], results[position]
             exc = OTSServiceError(0, result.error.code, result.error.message)
