@@ -52,8 +52,9 @@ _LOOP_MAX = 160  # longer values: `crc8_bytes`, which folds them as one big int
 # A cell's head, from the name's len32 to the value's type byte (`name_len32 name TAG_CELL_VALUE
 # value_len32 vtype`: the same for every row of a column of fixed-size values) -> (name, CRC of
 # the name and type byte, value size with the type byte, type, the cell's metered size, and for
-# `Checksums`: its slot size / 8 (0: too long), the padding before it, the CRC carried over it).
-Head = tuple[str, int, int, int, int, int, bytes, int]
+# `Checksums`: its slot size / 8 (0: too long), the padding before it, the CRC carried over it;
+# then the same three for the value followed by a sent timestamp's 8 bytes).
+Head = tuple[str, int, int, int, int, int, bytes, int, int, bytes, int]
 _heads: dict[bytes, Head] = {}
 _HEADS_MAX = 4096
 _last_stamp: tuple[int, bytes, int] = (-1, b"", 0)  # see `_stamp`
@@ -156,13 +157,21 @@ def _learn(raw: bytes) -> Head | None:
     else:
         return None
     crc = crc8_bytes(0, name + raw[-1:])
-    eighths = (size + 6) >> 3 if size <= _SLOT + 1 else 0  # the value is size - 1 bytes
-    head = (name.decode(), crc, size, vt, name_size + metered, eighths,
-            _PADS[8 * eighths + 1 - size] if eighths else b"", _OVER_ZEROS[size - 1][crc] if eighths else 0)
+    head = (name.decode(), crc, size, vt, name_size + metered,
+            *_slot(size - 1, crc), *_slot(size + 7, crc))  # the value is size - 1 bytes
     if len(_heads) >= _HEADS_MAX:
         _heads.clear()
     _heads[raw] = head
     return head
+
+
+def _slot(length: int, crc: int) -> tuple[int, bytes, int]:
+    """For `Checksums`, `length` bytes checked from the CRC `crc`: slot size / 8 (0: too long),
+    the padding before them, the CRC carried over them."""
+    if length > _SLOT:
+        return 0, b"", 0
+    eighths = (length + 7) >> 3
+    return eighths, _PADS[8 * eighths - length], _OVER_ZEROS[length][crc]
 
 
 def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> PutRow | None:
@@ -203,7 +212,7 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
         head = heads.get(raw) or _learn(raw)
         if head is None:
             return None
-        name, crc, size, vt, metered, eighths, pad, carried = head
+        name, crc, size, vt, metered, eighths, pad, carried, eighths_ts, pad_ts, carried_ts = head
         lsize += metered
         pos = vstart + size - 1
         value: object
@@ -223,8 +232,17 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
             suspect = suspect or value - value != 0.0  # NaN or infinite
         else:
             value = data[vstart] != 0
+        batched = False  # the checksum over value and timestamp is left to `checks`
         if not verify:  # the cell's checksum is the one it holds, after its timestamp if it has one
             crc = data[pos + 1] if data[pos] == 0x0A else data[pos + 10]
+        elif eighths_ts and checks is not None and data[pos] == 0x07 and not in_pk:
+            slots = slots_by[eighths_ts]
+            slots += pad_ts
+            slots += data[vstart:pos]
+            slots += data[pos + 1 : pos + 9]
+            crc = data[pos + 10]
+            expected_by[eighths_ts].append(carried_ts ^ crc)
+            batched = True
         elif eighths and checks is not None and data[pos] == 0x0A:
             # Checked with the batch: the cell's checksum is the one sent, if `verify` agrees.
             slots = slots_by[eighths]
@@ -250,7 +268,7 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
             cells.append((name, value, now_ms, b"".join((data[start : pos - 2], stamp, _CHECKSUM[ext])), ext))
         elif data[pos] == 0x07 and not in_pk:
             (ts,) = i64(data, pos + 1)
-            if verify:
+            if verify and not batched:
                 for b in data[pos + 1 : pos + 9]:
                     crc = t[crc ^ b]
             pos += 9
