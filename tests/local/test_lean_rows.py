@@ -166,7 +166,8 @@ def _batch_put(rows: list[bytes]) -> pb.BatchWriteRowRequest:
 @pytest.mark.parametrize("corrupt", ["key", "name", "value", "stamped", "timestamp", "long", "blob", "flag"])
 def test_a_corrupt_cell_fails_the_batch(ots_instance: LocalTablestore, corrupt: str, rows: int) -> None:
     """A bit flipped in a PK value, a column name, a value (short, long, a blob, a boolean, one
-    with a sent timestamp) or a sent timestamp: the cell's checksum no longer matches, and nothing of the batch is written."""
+    with a sent timestamp) or a sent timestamp: the cell's checksum no longer matches, and nothing
+    of the batch is written."""
     client = ots_instance.client()
     create(client, "t")
     cells = [("name", "value"), ("x", 1), ("sent", "stamped", T0 + 1), ("long", "L" * 70),

@@ -11,6 +11,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any, TypeVar
 
 from tsmigrate.local.filters import Filter
 from tsmigrate.local.model import TableInfo
@@ -25,6 +26,7 @@ from tsmigrate.local.plainbuffer import (
 from tsmigrate.local.storage import Cells, StoredRow, Version
 
 _NAME = itemgetter(0)
+_T = TypeVar("_T")
 _I32 = struct.Struct("<i").unpack_from
 _I64 = struct.Struct("<q").unpack_from
 _names: dict[bytes, str] = {}  # cell name bytes -> name (names repeat across rows)
@@ -156,12 +158,11 @@ def read(table: TableInfo, row: StoredRow, spec: ReadSpec, now_ms: int) -> bytes
     if not exists:
         return None
     if spec.filter is not None:
-        if not spec.filter.matches({name: [(v[0], v[1]) for v in vs] for name, vs in selected}):
+        seen = {name: [(v[0], v[1]) for v in vs] for name, vs in selected}
+        filtered = _filtered(spec.filter, seen, selected)
+        if filtered is None:
             return None
-        page = spec.filter.pagination
-        if page is not None:
-            offset, count = page
-            selected = selected[offset : offset + count]
+        selected = filtered
     if spec.pk_names is None:
         pk, pkc = row.pk, row.pkc
     else:
@@ -190,12 +191,10 @@ def _read_lean(table: TableInfo, row: StoredRow, spec: ReadSpec, cutoff: int | N
     if selected is None:  # every cell expired
         return None
     if spec.filter is not None:
-        if not spec.filter.matches(_LazyColumns(latest, selected)):  # type: ignore[arg-type]
+        filtered = _filtered(spec.filter, _LazyColumns(latest, selected), selected)
+        if filtered is None:
             return None
-        page = spec.filter.pagination
-        if page is not None:
-            offset, count = page
-            selected = selected[offset : offset + count]
+        selected = filtered
     if spec.pk_names is None:
         pk, pkc = row.pk, row.pkc
     else:
@@ -261,6 +260,18 @@ class _LazyColumns:
         if cell is None:
             return default
         return [(cell[1], decode_value(self._buf[cell[4] : cell[5]]))]
+
+
+def _filtered(row_filter: Filter, seen: Any, selected: list[_T]) -> list[_T] | None:
+    """The selected columns a row filter leaves (its column pagination), or None when it
+    refuses the row; `seen` is what it reads (name -> [(timestamp, value)])."""
+    if not row_filter.matches(seen):
+        return None
+    page = row_filter.pagination
+    if page is None:
+        return selected
+    offset, count = page
+    return selected[offset : offset + count]
 
 
 def _wanted(spec: ReadSpec, name: str) -> bool:
