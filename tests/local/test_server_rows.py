@@ -269,6 +269,13 @@ def test_ttl_and_time_deviation(ots_instance: LocalTablestore, ots_server_option
     assert (e.code, e.message) == ("OTSParameterInvalid", "Invalid timestamp. Cell:c.")
     e = error_of(client.put_row, "t", Row(pk, [("c", 1, now + 200_000_000)]))
     assert e.message == "Invalid timestamp. Cell:c."
+    # The write path checks a row's oldest and newest timestamps first: the cell out of range
+    # is still the one named, among cells in range, first or last.
+    for cells in ([("a", 1, now - 1000), ("b", 2, now + 200_000_000), ("c", 3, now)],
+                  [("a", 1, now - 90_000_000), ("b", 2, now - 1000)]):
+        bad = next(name for name, _, ts in cells if not now - 86_400_000 <= ts < now + 100_000_000)
+        e = error_of(client.put_row, "t", Row(pk, cells))
+        assert e.message == f"Invalid timestamp. Cell:{bad}."
 
 
 def test_allow_update_false(ots_client: OTSClient) -> None:

@@ -68,9 +68,11 @@ Version = tuple[int, object, bytes, int]
 
 # (pk cells bytes, pk crcs, [(name, value)] of the PK, [(name, value, ts, cell bytes, crc)],
 #  logical size: the names and values of every cell, as `plainbuffer.logical_size` meters them,
-#  whether a value or timestamp may be out of bounds: NaN/inf, a long value, a sent timestamp)
+#  whether a value may be out of bounds: NaN/inf, a long value, and the oldest and newest
+#  timestamps sent (None when the server stamps every cell): one range check covers them all)
 PutRow = tuple[
-    bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int, bool
+    bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int, bool,
+    tuple[int, int] | None,
 ]
 
 
@@ -124,7 +126,7 @@ def stored_versions(latest: bytes) -> tuple[tuple[object, ...], dict[str, list[V
         row = None
     if row is None:
         return None
-    _, _, pk, cells, _, _ = row
+    _, _, pk, cells, _, _, _ = row
     versions = {name: [(ts, value, cell, crc)] for name, value, ts, cell, crc in cells}
     return tuple([value for _, value in pk]), versions
 
@@ -194,6 +196,7 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
     pk_end = 0
     lsize = 0
     suspect = False
+    oldest = newest = None
     while True:
         tag = data[pos]
         if tag != 0x03:
@@ -277,7 +280,12 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
             pos += 2
             row_crc = t[row_crc ^ crc]
             cells.append((name, value, ts, data[start:pos], crc))
-            suspect = True
+            if oldest is None:
+                oldest = newest = ts
+            elif ts < oldest:
+                oldest = ts
+            elif ts > newest:  # type: ignore[operator]
+                newest = ts
         else:
             return None
     if in_pk:
@@ -286,4 +294,5 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
         return None
     if checks is not None:
         checks.rows.append(data)
-    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize, suspect
+    sent = None if oldest is None else (oldest, newest)
+    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize, suspect, sent  # type: ignore[return-value]

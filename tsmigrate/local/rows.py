@@ -371,8 +371,9 @@ def put_one(
         size = sum([len(name) + value_size(value) for name, value, *_ in given])
         suspect = True
     else:  # the fast path metered the row (its key included) while parsing it
-        pk_bytes, pk_crcs, pk, given, size, suspect = row
+        pk_bytes, pk_crcs, pk, given, size, suspect, sent = row
         encoded_pk = pk_bytes, pk_crcs
+        suspect = suspect or (sent is not None and not _timestamps_fit(table, sent, now_ms))
     if len(given) > MAX_COLUMNS_PER_WRITE:
         raise invalid(
             f"The number of attribute columns exceeds the limit, limit count: "
@@ -432,6 +433,14 @@ def _put_plain(
     key = keycodec.encode_key(values)
     ctx.storage.put(table.table_id, rowdata.make_lean_row(key, *encoded_pk, cells, size))
     return WriteResult(b"", 0, _cu(size))
+
+
+def _timestamps_fit(table: TableInfo, sent: tuple[int, int], now_ms: int) -> bool:
+    """Whether every timestamp from `sent[0]` to `sent[1]` passes `_check_timestamp`."""
+    lower = now_ms - table.deviation * 1000
+    if table.ttl != -1:
+        lower = max(lower, now_ms - table.ttl * 1000)
+    return 0 <= lower <= sent[0] and sent[1] < min(now_ms + table.deviation * 1000, MAX_TIMESTAMP)
 
 
 def _check_cells(
