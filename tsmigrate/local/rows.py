@@ -188,13 +188,20 @@ def _check_value(table: TableInfo, name: str, value: object) -> None:
         raise invalid(f"{_vt_name(value)} is an invalid type for the attribute column.")
 
 
-def _check_timestamp(table: TableInfo, name: str, ts: int, now_ms: int) -> None:
-    if not 0 <= ts < MAX_TIMESTAMP:
-        raise invalid("Timestamp must be in range [0, INT64_MAX/1000).")
+def _timestamp_bounds(table: TableInfo, now_ms: int) -> tuple[int, int]:
+    """[lower, upper) a written timestamp must fall in: the table's time deviation, and not
+    older than its TTL."""
     lower = now_ms - table.deviation * 1000
     if table.ttl != -1:
         lower = max(lower, now_ms - table.ttl * 1000)
-    if not lower <= ts < now_ms + table.deviation * 1000:
+    return lower, now_ms + table.deviation * 1000
+
+
+def _check_timestamp(table: TableInfo, name: str, ts: int, now_ms: int) -> None:
+    if not 0 <= ts < MAX_TIMESTAMP:
+        raise invalid("Timestamp must be in range [0, INT64_MAX/1000).")
+    lower, upper = _timestamp_bounds(table, now_ms)
+    if not lower <= ts < upper:
         raise invalid(f"Invalid timestamp. Cell:{name}.")
 
 
@@ -219,6 +226,11 @@ class WriteResult:
     row: bytes  # response `row` (empty unless asked for)
     read_cu: int
     write_cu: int
+
+
+def _conditional(condition: pb.Condition) -> bool:
+    """A condition on the row's existence or on its columns (each costs one read)."""
+    return condition.row_existence != pb.IGNORE or condition.HasField("column_condition")
 
 
 class _Mutation:
@@ -261,8 +273,7 @@ class _Mutation:
             encoded_pk = pk_bytes, bytes(crcs)
         self.pk, self.pkc = encoded_pk
         self.condition = condition
-        # A condition on the row's existence or on its columns (each costs one read).
-        self.conditional = condition.row_existence != pb.IGNORE or condition.HasField("column_condition")
+        self.conditional = _conditional(condition)
         self.hooks = ctx.server.hooks_for(table) if hooks is None else hooks
         self._old: StoredRow | None = None
         self._loaded = False
@@ -387,8 +398,7 @@ def put_one(
         encoded_pk is not None
         and unique
         and ctx.txn is None
-        and condition.row_existence == pb.IGNORE
-        and not condition.HasField("column_condition")
+        and not _conditional(condition)
         and return_content.return_type == pb.RT_NONE
     ):  # no condition to check, nothing to return
         if hooks is None:
@@ -437,10 +447,8 @@ def _put_plain(
 
 def _timestamps_fit(table: TableInfo, sent: tuple[int, int], now_ms: int) -> bool:
     """Whether every timestamp from `sent[0]` to `sent[1]` passes `_check_timestamp`."""
-    lower = now_ms - table.deviation * 1000
-    if table.ttl != -1:
-        lower = max(lower, now_ms - table.ttl * 1000)
-    return 0 <= lower <= sent[0] and sent[1] < min(now_ms + table.deviation * 1000, MAX_TIMESTAMP)
+    lower, upper = _timestamp_bounds(table, now_ms)
+    return max(0, lower) <= sent[0] and sent[1] < min(upper, MAX_TIMESTAMP)
 
 
 def _check_cells(
