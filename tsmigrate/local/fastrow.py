@@ -61,7 +61,7 @@ _last_stamp: tuple[int, bytes, int] = (-1, b"", 0)  # see `_stamp`
 
 # Values up to this many bytes are within the service's 2 MB limit (rows.MAX_VALUE_LENGTH) however
 # they are measured (a str's characters can take 4 bytes each).
-_SHORT_VALUE = 512 * 1024
+SHORT_VALUE = 512 * 1024
 
 # (timestamp, value, cell bytes, cell checksum): storage.Version
 Version = tuple[int, object, bytes, int]
@@ -69,10 +69,11 @@ Version = tuple[int, object, bytes, int]
 # (pk cells bytes, pk crcs, [(name, value)] of the PK, [(name, value, ts, cell bytes, crc)],
 #  logical size: the names and values of every cell, as `plainbuffer.logical_size` meters them,
 #  whether a value may be out of bounds: NaN/inf, a long value, and the oldest and newest
-#  timestamps sent (None when the server stamps every cell): one range check covers them all)
+#  timestamps sent (None when the server stamps every cell): one range check covers them all,
+#  and the row as stored, `latest`, when the cells were sent as it holds them (`nativerow`), else None)
 PutRow = tuple[
     bytes, bytes, list[tuple[str, object]], list[tuple[str, object, int, bytes, int]], int, bool,
-    tuple[int, int] | None,
+    tuple[int, int] | None, bytes | None,
 ]
 
 
@@ -126,7 +127,7 @@ def stored_versions(latest: bytes) -> tuple[tuple[object, ...], dict[str, list[V
         row = None
     if row is None:
         return None
-    _, _, pk, cells, _, _, _ = row
+    _, _, pk, cells, _, _, _, _ = row
     versions = {name: [(ts, value, cell, crc)] for name, value, ts, cell, crc in cells}
     return tuple([value for _, value in pk]), versions
 
@@ -227,7 +228,7 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
             value = data[vstart + 4 : pos]
             if vt == 3:
                 value = value.decode()
-            suspect = suspect or size > _SHORT_VALUE
+            suspect = suspect or size > SHORT_VALUE
         elif in_pk:
             return None
         elif vt == 1:
@@ -295,4 +296,4 @@ def _parse(data: bytes, now_ms: int, checks: Checksums | None, verify: bool) -> 
     if checks is not None:
         checks.rows.append(data)
     sent = None if oldest is None else (oldest, newest)
-    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize, suspect, sent  # type: ignore[return-value]
+    return data[5:pk_end], bytes(pk_crcs), pk, cells, lsize, suspect, sent, None  # type: ignore[return-value]

@@ -58,13 +58,16 @@ def make_row(
 
 
 def make_lean_row(
-    key: bytes, pk: bytes, pkc: bytes, cells: Sequence[tuple[str, object, int, bytes, int]], lsize: int
+    key: bytes, pk: bytes, pkc: bytes, cells: Sequence[tuple[str, object, int, bytes, int]], lsize: int,
+    latest: bytes | None = None,
 ) -> StoredRow:
     """The lean row (see `storage`) of `cells`, (name, value, timestamp, cell bytes, checksum)
-    with each name once, sorted here; `lsize`: the row's logical size."""
-    ordered = sorted(cells, key=_NAME)
-    latest = assemble_row(pk, pkc, ordered)
-    mints = min([cell[2] for cell in ordered]) if ordered else None
+    with each name once, sorted here; `lsize`: the row's logical size. `latest`: the row of
+    `cells` (sorted then) when the caller has it (`nativerow`), so it is not assembled again."""
+    if latest is None:
+        cells = sorted(cells, key=_NAME)
+        latest = assemble_row(pk, pkc, cells)
+    mints = min([cell[2] for cell in cells]) if cells else None
     return StoredRow(key, pk, pkc, latest, mints, b"", lsize)
 
 

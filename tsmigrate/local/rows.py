@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import fastrow, keycodec, rowdata, transactions
+from tsmigrate.local import fastrow, keycodec, nativerow, rowdata, transactions
 from tsmigrate.local.context import RowChange
 from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_pk
 from tsmigrate.local.filters import compile_filter
@@ -354,8 +354,8 @@ class _Mutation:
 
 
 def decode_put_row(ctx: Context, data: bytes) -> Row | fastrow.PutRow:
-    """A PutRow row: the fast path's ready-to-store form, or a decoded Row when it does not apply."""
-    return fastrow.parse_put_row(data, ctx.now_ms) or decode_row(data)
+    """A PutRow row: a fast path's ready-to-store form, or a decoded Row when neither applies."""
+    return nativerow.parse_put_row(data) or fastrow.parse_put_row(data, ctx.now_ms) or decode_row(data)
 
 
 def put_one(
@@ -371,7 +371,7 @@ def put_one(
     if isinstance(row, Row):
         if row.delete_marker:
             raise invalid("Delete marker is not allowed in PutRow.")
-        pk, encoded_pk = row.primary_key, None
+        pk, encoded_pk, latest = row.primary_key, None, None
         given = []
         for cell in row.cells:
             if cell.op is not None:
@@ -382,7 +382,7 @@ def put_one(
         size = sum([len(name) + value_size(value) for name, value, *_ in given])
         suspect = True
     else:  # the fast path metered the row (its key included) while parsing it
-        pk_bytes, pk_crcs, pk, given, size, suspect, sent = row
+        pk_bytes, pk_crcs, pk, given, size, suspect, sent, latest = row
         encoded_pk = pk_bytes, pk_crcs
         suspect = suspect or (sent is not None and not _timestamps_fit(table, sent, now_ms))
     if len(given) > MAX_COLUMNS_PER_WRITE:
@@ -404,15 +404,16 @@ def put_one(
         if hooks is None:
             hooks = ctx.server.hooks_for(table)
         if not hooks:
-            return _put_plain(ctx, table, pk, encoded_pk, given, size)
+            return _put_plain(ctx, table, pk, encoded_pk, given, size, latest)
     mutation = _Mutation(ctx, table, pk, condition, encoded_pk, hooks)
     mutation.check_condition()
     if encoded_pk is None:
         size += logical_size(mutation.pk)
     if unique and not mutation.hooks and ctx.txn is None:
-        # Nothing needs the values again: the row is its cells, stored as they are.
+        # Nothing needs the values again: the row is its cells, stored as they are. (`latest`
+        # is the sent row's: never one with an auto-increment key, which `nativerow` refuses.)
         new: StoredRow | None = rowdata.make_lean_row(
-            mutation.key, mutation.pk, mutation.pkc, given, size
+            mutation.key, mutation.pk, mutation.pkc, given, size, latest
         )
         mutation.store(new, None)
         return mutation.result(return_content, new, size)
@@ -434,14 +435,14 @@ def put_one(
 
 def _put_plain(
     ctx: Context, table: TableInfo, pk: Sequence[tuple[str, object]], encoded_pk: tuple[bytes, bytes],
-    cells: list[tuple[str, object, int, bytes, int]], size: int,
+    cells: list[tuple[str, object, int, bytes, int]], size: int, latest: bytes | None,
 ) -> WriteResult:
     """`put_one` of a row of the fast path (no auto-increment) with each column once, no
     condition, nothing to return, no hooks and no transaction: a `_Mutation` without the rest."""
     values = check_pk(table, pk, write=True)
     ctx.server.transactions.check_write(ctx, table, values[0])
     key = keycodec.encode_key(values)
-    ctx.storage.put(table.table_id, rowdata.make_lean_row(key, *encoded_pk, cells, size))
+    ctx.storage.put(table.table_id, rowdata.make_lean_row(key, *encoded_pk, cells, size, latest))
     return WriteResult(b"", 0, _cu(size))
 
 
@@ -859,7 +860,9 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
         decoded: list[Row | fastrow.PutRow] = []
         for r in item.rows:
             data = r.row_change
-            row = fastrow.parse_put_row(data, ctx.now_ms, checks) if r.type == pb.PUT else None
+            row = None
+            if r.type == pb.PUT:
+                row = nativerow.parse_put_row(data) or fastrow.parse_put_row(data, ctx.now_ms, checks)
             if row is None:
                 _verify(checks)  # rows before this one fail first, as they would one by one
                 row = decode_row(data)
