@@ -367,6 +367,41 @@ class Storage:
             (table_id, start, limit),
         ).fetchall()
 
+    # The aggregates below let split points skip runs of rows without bringing each into Python.
+
+    def key_size_total(self, table_id: int, start: bytes) -> int:
+        """The `key_sizes` sizes of the rows from `start` on, summed."""
+        self._flush()
+        (size,) = self._db.execute(
+            "SELECT ifnull(sum(length(latest)), 0) FROM rows WHERE t = ? AND k >= ?",
+            (table_id, start),
+        ).fetchone()
+        return size
+
+    def key_size_run(self, table_id: int, start: bytes, rows: int) -> tuple[bytes, int] | None:
+        """The last key of the `rows` rows from `start` on and their sizes summed; None when fewer
+        rows are left. Two queries: finding the last key first keeps the sum a plain range scan."""
+        self._flush()
+        last = self._db.execute(
+            "SELECT k FROM rows WHERE t = ? AND k >= ? ORDER BY k LIMIT 1 OFFSET ?",
+            (table_id, start, rows - 1),
+        ).fetchone()
+        if last is None:
+            return None
+        (size,) = self._db.execute(
+            "SELECT sum(length(latest)) FROM rows WHERE t = ? AND k >= ? AND k <= ?",
+            (table_id, start, last[0]),
+        ).fetchone()
+        return last[0], size
+
+    def key_after(self, table_id: int, start: bytes) -> bytes | None:
+        """The first key from `start` on, if any."""
+        self._flush()
+        row = self._db.execute(
+            "SELECT k FROM rows WHERE t = ? AND k >= ? ORDER BY k LIMIT 1", (table_id, start)
+        ).fetchone()
+        return None if row is None else row[0]
+
     def scan_cursor(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int,
         latest_only: bool = False, mints: bool = True,
