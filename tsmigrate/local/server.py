@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ipaddress
+import itertools
 import logging
 import os
 import socket
@@ -148,6 +149,10 @@ class LocalServer:
             collections.OrderedDict()
         )
         self._rate_lock = threading.Lock()
+        # Response request ids: uuid4-shaped, a random prefix per server then a counter (unique
+        # as uuid4 would be, without reading os.urandom for every response).
+        self._request_prefix = str(uuid.uuid4())[:24]
+        self._request_ids = itertools.count()
         streams.install(self)
         self.add_table_hook(indexes.maintained, indexes.on_mutation)
         if self._ownership is not None:
@@ -337,7 +342,7 @@ class LocalServer:
         date = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
         ots = {
             "x-ots-contentmd5": content_md5(body),
-            "x-ots-requestid": str(uuid.uuid4()),
+            "x-ots-requestid": f"{self._request_prefix}{next(self._request_ids):012x}",
             "x-ots-date": date,
             "x-ots-contenttype": "protocol buffer",
         }

@@ -8,7 +8,9 @@ back. So an idle or slow connection costs a socket and a small buffer, never a t
 - a request's head is checked before its body is read: a Content-Length above the limit is
   answered 413 at once, and for a body above `PRECHECK_BYTES` the handler's `precheck` (method,
   signature, instance, API: all in the headers) runs first, so an unauthenticated client cannot
-  make the server buffer a large body;
+  make the server buffer a large body. A trusted connection (below) skips the precheck: its
+  client has shown it holds the secret, so its body (up to the limit) is read at once and the
+  handler checks the whole request, answering what the precheck would have, without closing;
 - a connection idle for `idle_timeout_s` is closed, and so is one whose request has not fully
   arrived within `request_timeout_s` (answered 408);
 - a connection is *trusted* once the handler marked one of its requests authenticated
@@ -335,7 +337,9 @@ class HTTPServer:
                 self._refuse(conn, _plain(400, "bad content-length"))
                 return
             conn.head, conn.length = head, length
-            if length > self.max_body or (length > PRECHECK_BYTES and self.precheck is not None):
+            if length > self.max_body or (
+                length > PRECHECK_BYTES and self.precheck is not None and not conn.trusted
+            ):
                 # Decided from the headers alone, before the body is read; in a worker, since a
                 # handler may take its time.
                 self._hand_over(conn, precheck=True)
