@@ -20,6 +20,7 @@ _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _REPEATED = FieldDescriptor.LABEL_REPEATED
 # Message type -> its fields that hold a string at any depth.
 _holding_strings: dict[str, tuple[FieldDescriptor, ...]] = {}
+_singular: dict[str, tuple[str, ...] | None] = {}  # see `_singular_fields`
 
 
 def parse_nested(message: type[Message], data: bytes, what: str) -> Any:
@@ -54,9 +55,25 @@ def _check(message: Message, prefix: str) -> None:
             for item in values:
                 if not isinstance(item, str):
                     raise invalid(f"The value of field '{prefix}{field.name}' is not valid UTF-8.")
-        else:
-            for item in values:
-                _check(item, f"{prefix}{field.name}.")
+            continue
+        nested = f"{prefix}{field.name}."
+        singular = _singular_fields(field.message_type)
+        for item in values:
+            # A batch's rows: most set none of their string-holding fields (all singular), and
+            # asking costs less than walking each row.
+            if singular is None or any(map(item.HasField, singular)):
+                _check(item, nested)
+
+
+def _singular_fields(descriptor: Descriptor) -> tuple[str, ...] | None:
+    """The names of a message type's string-holding fields when none is repeated (a message
+    with none of them set holds no string), else None."""
+    key = descriptor.full_name
+    if key not in _singular:
+        fields = _string_fields(descriptor)
+        repeated = any(f.label == _REPEATED for f in fields)
+        _singular[key] = None if repeated else tuple(f.name for f in fields)
+    return _singular[key]
 
 
 def _string_fields(descriptor: Descriptor) -> tuple[FieldDescriptor, ...]:
