@@ -18,7 +18,13 @@ Measured side by side in one run, on the same rows and the same server:
   CPU over all its rows (fixed costs included); F is the client CPU of an apply of a small table
   (APPLY_SMALL_ROWS rows, same model: imports, prepare, plan, history, thread start-ups), and
   M = (cpu(N) - cpu(small)) / (N - small), what each further row costs. The small and the full
-  apply take turns, ``--repeat`` times after one unmeasured warm-up, and the best of each counts.
+  apply take turns, ``--repeat`` times after one unmeasured warm-up, and the best of each counts;
+- base (with `--base-python PY`): the apply line of another install of tsmigrate (the venv of an
+  earlier commit: `git archive REV | tar -x -C DIR`, then `python -m venv DIR/.venv` and
+  `DIR/.venv/bin/pip install -e 'DIR[test]'`), its server and its apply both run by PY, taking
+  turns with this one on the same machine, printed as `base_... client_cpu_vs_base=R
+  server_cpu_vs_base=R rows_per_s_vs_base=R`: the ratios are what the machine's speed does not
+  change.
 
 CPU per row: the client's is the rusage of the process doing the rewrite (its threads, and its
 worker processes once ended); the server's is its process's utime + stime from /proc over the
@@ -37,7 +43,7 @@ line is the backfill's (one line):
 rows=N rewrite_rows_per_s=X naive_rows_per_s=Y ceiling_rows_per_s=Z vs_naive=A vs_ceiling=B peak_rss_mb=M
 client_cpu_us_per_row=C server_cpu_us_per_row=S
 
-    python bench/rewrite.py --rows 200000 [--workers 2] [--latency-ms 20]
+    python bench/rewrite.py --rows 200000 [--workers 2] [--latency-ms 20] [--base-python PY]
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from urllib.parse import urlparse
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, SAFE_PATH, cpu_s_of, start_server  # noqa: E402
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
@@ -123,14 +129,17 @@ def fill(spec: ConnectionSpec, rows: int) -> None:
 
 
 @contextlib.contextmanager
-def filled_server(rows: int, *options: str) -> Iterator[tuple[subprocess.Popen[str], str, ConnectionSpec]]:
-    """A server of its own (``options``: extra `local serve` flags) holding ``rows`` source
-    rows: its process, endpoint and connection."""
-    proc, endpoint = start_server("--memory", *options)
+def filled_server(rows: int, *options: str, python: str = sys.executable,
+                  state: bool = True) -> Iterator[tuple[subprocess.Popen[str], str, ConnectionSpec]]:
+    """A server of its own (``options``: extra `local serve` flags; ``python``: the interpreter
+    that runs it) holding ``rows`` source rows, and with ``state`` the rewrite's state table:
+    its process, endpoint and connection."""
+    proc, endpoint = start_server("--memory", *options, python=python)
     try:
         spec = ConnectionSpec(endpoint, INSTANCE)
         client = spec.client()
-        State(client).ensure_table()
+        if state:
+            State(client).ensure_table()
         create(client, SOURCE)
         fill(spec, rows)
         yield proc, endpoint, spec
@@ -259,10 +268,12 @@ class Serp(Model, table="serp_by_keyword", replaces="serp_snapshots", max_time_d
 """
 
 
-def end_to_end(endpoint: str, rows: int, workers: int, server: int) -> tuple[float, float, float]:
-    """`tsmigrate apply` in a subprocess on a project whose model replaces the source: prepare,
-    the backfill with change capture, catch-up and verification, up to phase ready. Rows/s,
-    and the client's (the subprocess's) and the ``server`` process's CPU seconds."""
+def end_to_end(endpoint: str, rows: int, workers: int, server: int,
+               python: str = sys.executable) -> tuple[float, float, float]:
+    """`tsmigrate apply` in a subprocess (run by ``python``) on a project whose model replaces
+    the source: prepare, the backfill with change capture, catch-up and verification, up to
+    phase ready. Rows/s, and the client's (the subprocess's) and the ``server`` process's CPU
+    seconds."""
     with tempfile.TemporaryDirectory() as root:
         project = Path(root)
         (project / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["bench_models"]\n')
@@ -271,7 +282,7 @@ def end_to_end(endpoint: str, rows: int, workers: int, server: int) -> tuple[flo
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         server_before = cpu_s_of(server)
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "tsmigrate.cli", "apply", "--yes", "--workers",
+        done = subprocess.run([python, "-m", "tsmigrate.cli", "apply", "--yes", "--workers",
                                str(workers)], cwd=project, env=env, capture_output=True, text=True)
         elapsed = time.perf_counter() - start
         server_s = cpu_s_of(server) - server_before
@@ -285,36 +296,44 @@ def end_to_end(endpoint: str, rows: int, workers: int, server: int) -> tuple[flo
 APPLY_SMALL_ROWS = 2_000  # an apply of this many rows is mostly its fixed cost
 
 
-def apply_on_own_server(rows: int, workers: int) -> tuple[float, float, float]:
-    """``end_to_end`` against a new server holding only ``rows`` source rows (an instance
-    applied once is ready: the next apply needs a fresh one)."""
-    with filled_server(rows) as (proc, endpoint, _):
-        return end_to_end(endpoint, rows, workers, proc.pid)
+def apply_on_own_server(rows: int, workers: int, python: str = sys.executable) -> tuple[float, float, float]:
+    """``end_to_end`` against a new server holding only ``rows`` source rows, both run by
+    ``python`` (an instance applied once is ready: the next apply needs a fresh one). The apply
+    creates the state table itself, as a first apply does."""
+    with filled_server(rows, python=python, state=False) as (proc, endpoint, _):
+        return end_to_end(endpoint, rows, workers, proc.pid, python)
 
 
-def apply_figures(rows: int, workers: int, repeat: int) -> dict[str, float]:
-    """The apply line's figures: an unmeasured warm-up, then a small and a full apply taking
-    turns ``repeat`` times; the best of each (highest rate, lowest CPU) counts."""
+def apply_figures(rows: int, workers: int, repeat: int,
+                  pythons: dict[str, str]) -> dict[str, dict[str, float]]:
+    """The apply line's figures of each install (label -> interpreter): an unmeasured warm-up
+    each, then a small and a full apply of every install taking turns ``repeat`` times; the best
+    of each (highest rate, lowest CPU) counts."""
     small = min(APPLY_SMALL_ROWS, rows // 2)
-    apply_on_own_server(small, workers)  # the warm-up: every module it imports is compiled
-    runs: dict[int, list[tuple[float, float, float]]] = {small: [], rows: []}
+    for python in pythons.values():
+        apply_on_own_server(small, workers, python)  # the warm-up: every module it imports is compiled
+    runs = {label: {small: [], rows: []} for label in pythons}
     for _ in range(repeat):
-        for size in (small, rows):
-            rate, client_s, server_s = apply_on_own_server(size, workers)
-            runs[size].append((rate, client_s, server_s))
-            print(f"tsmigrate apply of {size:,} rows (prepare, backfill with capture, catch-up, "
-                  f"verification), {workers} workers: {rate:,.0f} rows/s, client CPU {client_s:.2f} s "
-                  f"({client_s / size * 1e6:.0f} us/row), server CPU {server_s / size * 1e6:.0f} us/row",
-                  flush=True)
-    fixed = min(client_s for _, client_s, _ in runs[small])
-    full = min(client_s for _, client_s, _ in runs[rows])
-    return {
-        "rows_per_s": max(rate for rate, _, _ in runs[rows]),
-        "client_us_per_row": full / rows * 1e6,
-        "server_us_per_row": min(server_s for _, _, server_s in runs[rows]) / rows * 1e6,
-        "fixed_s": fixed,
-        "marginal_us_per_row": (full - fixed) / (rows - small) * 1e6,
-    }
+        for label, python in pythons.items():
+            for size in (small, rows):
+                rate, client_s, server_s = apply_on_own_server(size, workers, python)
+                runs[label][size].append((rate, client_s, server_s))
+                print(f"{label}: tsmigrate apply of {size:,} rows (prepare, backfill with capture, "
+                      f"catch-up, verification), {workers} workers: {rate:,.0f} rows/s, client CPU "
+                      f"{client_s:.2f} s ({client_s / size * 1e6:.0f} us/row), server CPU "
+                      f"{server_s / size * 1e6:.0f} us/row", flush=True)
+    figures = {}
+    for label, by_size in runs.items():
+        fixed = min(client_s for _, client_s, _ in by_size[small])
+        full = min(client_s for _, client_s, _ in by_size[rows])
+        figures[label] = {
+            "rows_per_s": max(rate for rate, _, _ in by_size[rows]),
+            "client_us_per_row": full / rows * 1e6,
+            "server_us_per_row": min(server_s for _, _, server_s in by_size[rows]) / rows * 1e6,
+            "fixed_s": fixed,
+            "marginal_us_per_row": (full - fixed) / (rows - small) * 1e6,
+        }
+    return figures
 
 
 # -- the naive loop and the ceiling -----------------------------------------------------------
@@ -422,7 +441,7 @@ if importlib.util.find_spec("distributed"):
 """
 
 
-def compiled_modules(cache: str) -> None:
+def compiled_modules(cache: str, python: str = sys.executable) -> None:
     """Every Python process of the bench (the rewrite's, its workers', apply's) imports compiled
     modules, as from an install (pip compiles them once): this machine may say not to write
     bytecode (PYTHONDONTWRITEBYTECODE), and compiling modules again in each process would count
@@ -431,7 +450,7 @@ def compiled_modules(cache: str) -> None:
     in ``cache``, out of the tree."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = cache
-    subprocess.run([sys.executable, "-c", _COMPILE_ALL], check=True)
+    subprocess.run([python, "-c", _COMPILE_ALL], check=True)
 
 
 def main() -> None:
@@ -446,11 +465,19 @@ def main() -> None:
     parser.add_argument("--scaling-rows", type=int, default=40_000)
     parser.add_argument("--repeat", type=int, default=3,
                         help="turns of rewrite and ceiling, and of the applies; the best counts")
+    parser.add_argument("--base-python", default=None,
+                        help="also measure the apply line with this interpreter's install of "
+                             "tsmigrate (e.g. the venv of an earlier commit), taking turns")
     args = parser.parse_args()
     os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
     os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"] = AK_SECRET
     pycache = tempfile.TemporaryDirectory(prefix="bench-rewrite-pycache-")  # removed at exit
-    compiled_modules(pycache.name)
+    os.environ.update(SAFE_PATH)  # each interpreter compiles and runs its own install
+    pythons = {"this": sys.executable}
+    if args.base_python:
+        pythons["base"] = args.base_python
+    for python in pythons.values():
+        compiled_modules(pycache.name, python)
     first = FORKS.Process(target=int)  # the fork server starts now, with the files as they are
     first.start()
     first.join()
@@ -484,7 +511,8 @@ def main() -> None:
         ceiling_rate = max(ceilings)
         naive_rate = naive(client, "naive", min(args.rows, NAIVE_ROWS))
         print(f"naive get_range/put_row: {naive_rate:,.0f} rows/s", flush=True)
-    applied = apply_figures(args.rows, args.workers, args.repeat)
+    figures = apply_figures(args.rows, args.workers, args.repeat, pythons)
+    applied = figures["this"]
     if args.latency_ms is not None:
         print(scaling(args.scaling_rows, args.latency_ms), flush=True)
     rate = best["rows_per_s"]
@@ -494,6 +522,14 @@ def main() -> None:
           f"server_cpu_us_per_row={applied['server_us_per_row']:.0f} "
           f"apply_client_cpu_fixed_s={applied['fixed_s']:.2f} "
           f"apply_client_cpu_us_per_row_marginal={applied['marginal_us_per_row']:.1f}")
+    if "base" in figures:
+        base = figures["base"]
+        print(f"base_apply_rows_per_s={base['rows_per_s']:.0f} "
+              f"base_client_cpu_us_per_row={base['client_us_per_row']:.1f} "
+              f"base_server_cpu_us_per_row={base['server_us_per_row']:.1f} "
+              f"client_cpu_vs_base={applied['client_us_per_row'] / base['client_us_per_row']:.2f} "
+              f"server_cpu_vs_base={applied['server_us_per_row'] / base['server_us_per_row']:.2f} "
+              f"rows_per_s_vs_base={applied['rows_per_s'] / base['rows_per_s']:.2f}")
     print(
         f"rows={args.rows} rewrite_rows_per_s={rate:.0f} naive_rows_per_s={naive_rate:.0f} "
         f"ceiling_rows_per_s={ceiling_rate:.0f} vs_naive={rate / naive_rate:.2f} "

@@ -8,14 +8,18 @@ import sys
 from pathlib import Path
 
 AK_ID, AK_SECRET, INSTANCE = "bench", "bench-secret", "bench"
+# `python -c` puts the working directory first on sys.path: run from a checkout, another
+# interpreter's install of tsmigrate would import the checkout's instead (Python 3.11+).
+SAFE_PATH = {"PYTHONSAFEPATH": "1"}
 
 
-def start_server(*options: str) -> tuple[subprocess.Popen[str], str]:
-    """The server process and its endpoint; ``options`` are extra `local serve` flags."""
-    cmd = [sys.executable, "-c", "from tsmigrate.cli import main; main()", "local", "serve",
+def start_server(*options: str, python: str = sys.executable) -> tuple[subprocess.Popen[str], str]:
+    """The server process and its endpoint; ``options`` are extra `local serve` flags; ``python``:
+    the interpreter, and so the install of tsmigrate, that serves."""
+    cmd = [python, "-c", "from tsmigrate.cli import main; main()", "local", "serve",
            "--port", "0", "--instance", INSTANCE, "--access-key-id", AK_ID, *options]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET})
+                            env={**os.environ, "TSMIGRATE_LOCAL_SECRET": AK_SECRET, **SAFE_PATH})
     assert proc.stdout is not None
     endpoint = proc.stdout.readline().strip()
     if not endpoint.startswith("http://"):
