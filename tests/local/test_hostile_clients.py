@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
 import pytest
+from rawhttp import read_response
 from tablestore import OTSClient, OTSServiceError, Row
 from tablestore.protobuf import table_store_pb2 as pb
 
@@ -37,23 +38,6 @@ def head(api: str, length: int, **headers: str) -> bytes:
     lines = [f"POST /{api} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {length}"]
     lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def read_response(sock: socket.socket) -> tuple[int, bytes]:
-    """Status and body of one response (the server closes the connection after a refusal)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response: {data!r}"
-        data += chunk
-    top, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in top.split(b"\r\n")
-                      if line.lower().startswith(b"content-length")))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk
-        rest += chunk
-    return int(top.split(b" ")[1]), rest[:length]
 
 
 def error_code(body: bytes) -> str:

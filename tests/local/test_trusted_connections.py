@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
+from rawhttp import read_response
 from tablestore import CapacityUnit, Condition, OTSClient, ReservedThroughput, Row, TableMeta, TableOptions
 from tablestore.auth import RequestContext
 from tablestore.protobuf import table_store_pb2 as pb
@@ -66,22 +67,6 @@ def put_row(server: LocalServer, key: int, size: int, secret: str = SECRET) -> t
 def connect(server: LocalServer) -> socket.socket:
     url = urlparse(server.endpoint)
     return socket.create_connection((url.hostname, url.port), timeout=10)
-
-
-def read_response(sock: socket.socket) -> tuple[int, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response: {data!r}"
-        data += chunk
-    top, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in top.split(b"\r\n")
-                      if line.lower().startswith(b"content-length")))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk
-        rest += chunk
-    return int(top.split(b" ")[1]), rest[:length]
 
 
 def answer(sock: socket.socket) -> tuple[int, str, str]:
