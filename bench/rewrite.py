@@ -11,19 +11,23 @@ Measured side by side in one run, on the same rows and the same server:
 - ceiling: the same target rows, pre-encoded and pre-signed into BatchWriteRow requests of 200
   rows, replayed from `--workers` parallel connections: what the server itself can take;
 - apply: the whole rewrite as a user runs it, `tsmigrate apply` on a model that replaces the
-  source (prepare, the backfill with change capture, catch-up and verification), each run on a
-  server of its own holding only the source, printed before the last line as
-  `apply_rows_per_s=X apply_vs_ceiling=Y client_cpu_us_per_row=C server_cpu_us_per_row=S
-  apply_client_cpu_fixed_s=F apply_client_cpu_us_per_row_marginal=M`: C is the apply's client
+  source (prepare, the backfill with change capture, catch-up and verification), then `rewrite
+  switch` (fence, drain, verification, switch) and `rewrite finish --allow-destructive`, each
+  command a process of its own as a deploy runs them, each rewrite on a server of its own holding
+  only the source, printed before the last line as `apply_rows_per_s=X apply_vs_ceiling=Y
+  client_cpu_us_per_row=C server_cpu_us_per_row=S apply_client_cpu_fixed_s=F
+  apply_client_cpu_us_per_row_marginal=M flow_client_cpu_us_per_row=FC
+  flow_server_cpu_us_per_row=FS flow_client_cpu_us_per_row_marginal=FM`: C and S are the apply's
   CPU over all its rows (fixed costs included); F is the client CPU of an apply of a small table
   (APPLY_SMALL_ROWS rows, same model: imports, prepare, plan, history, thread start-ups), and
-  M = (cpu(N) - cpu(small)) / (N - small), what each further row costs. The small and the full
-  apply take turns, ``--repeat`` times after one unmeasured warm-up, and the best of each counts;
-- base (with `--base-python PY`): the apply line of another install of tsmigrate (the venv of an
+  M = (cpu(N) - cpu(small)) / (N - small), what each further row costs; FC, FS and FM the same
+  for apply, switch and finish together. The small and the full rewrite take turns, ``--repeat``
+  times after one unmeasured warm-up, and the best of each counts;
+- base (with `--base-python PY`): the same of another install of tsmigrate (the venv of an
   earlier commit: `git archive REV | tar -x -C DIR`, then `python -m venv DIR/.venv` and
-  `DIR/.venv/bin/pip install -e 'DIR[test]'`), its server and its apply both run by PY, taking
-  turns with this one on the same machine, printed as `base_... client_cpu_vs_base=R
-  server_cpu_vs_base=R rows_per_s_vs_base=R`: the ratios are what the machine's speed does not
+  `DIR/.venv/bin/pip install -e 'DIR[test]'`), its server and its commands all run by PY, taking
+  turns with this one on the same machine, printed as a line of `base_NAME=V` and
+  `NAME_vs_base=R` for the figures above: the ratios are what the machine's speed does not
   change.
 
 CPU per row: the client's is the rusage of the process doing the rewrite (its threads, and its
@@ -268,35 +272,50 @@ class Serp(Model, table="serp_by_keyword", replaces="serp_snapshots", max_time_d
 """
 
 
+# The rest of a rewrite after apply, each command in a process of its own as a deploy runs it.
+AFTER_APPLY = {
+    "switch": ["rewrite", "switch", "serp_by_keyword"],
+    "finish": ["rewrite", "finish", "serp_by_keyword", "--allow-destructive"],
+}
+STEPS = ("apply", *AFTER_APPLY)
+
+
 def end_to_end(endpoint: str, rows: int, workers: int, server: int,
-               python: str = sys.executable) -> tuple[float, float, float]:
+               python: str = sys.executable) -> dict[str, tuple[float, float, float]]:
     """`tsmigrate apply` in a subprocess (run by ``python``) on a project whose model replaces
     the source: prepare, the backfill with change capture, catch-up and verification, up to
-    phase ready. Rows/s, and the client's (the subprocess's) and the ``server`` process's CPU
+    phase ready; then `rewrite switch` (fence, drain, verification, switch) and `rewrite finish`.
+    Per command: rows/s, and the client's (the subprocess's) and the ``server`` process's CPU
     seconds."""
+    figures = {}
     with tempfile.TemporaryDirectory() as root:
         project = Path(root)
         (project / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["bench_models"]\n')
         (project / "bench_models.py").write_text(MODELS)
         env = {**os.environ, "TSMIGRATE_ENDPOINT": endpoint, "TSMIGRATE_INSTANCE": INSTANCE}
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        server_before = cpu_s_of(server)
-        start = time.perf_counter()
-        done = subprocess.run([python, "-m", "tsmigrate.cli", "apply", "--yes", "--workers",
-                               str(workers)], cwd=project, env=env, capture_output=True, text=True)
-        elapsed = time.perf_counter() - start
-        server_s = cpu_s_of(server) - server_before
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0 or "ready" not in done.stdout:
-        raise SystemExit(f"tsmigrate apply failed ({done.returncode}): {done.stderr[-2000:]}")
-    client_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
-    return rows / elapsed, client_s, server_s
+        commands = {"apply": ["apply", "--yes", "--workers", str(workers)], **AFTER_APPLY}
+        for step, args in commands.items():
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_before = cpu_s_of(server)
+            start = time.perf_counter()
+            done = subprocess.run([python, "-m", "tsmigrate.cli", *args], cwd=project, env=env,
+                                  capture_output=True, text=True)
+            elapsed = time.perf_counter() - start
+            server_s = cpu_s_of(server) - server_before
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0 or (step == "apply" and "ready" not in done.stdout):
+                raise SystemExit(f"tsmigrate {' '.join(args)} failed ({done.returncode}): "
+                                 f"{done.stderr[-2000:]}")
+            client_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+            figures[step] = rows / elapsed, client_s, server_s
+    return figures
 
 
 APPLY_SMALL_ROWS = 2_000  # an apply of this many rows is mostly its fixed cost
 
 
-def apply_on_own_server(rows: int, workers: int, python: str = sys.executable) -> tuple[float, float, float]:
+def apply_on_own_server(rows: int, workers: int,
+                        python: str = sys.executable) -> dict[str, tuple[float, float, float]]:
     """``end_to_end`` against a new server holding only ``rows`` source rows, both run by
     ``python`` (an instance applied once is ready: the next apply needs a fresh one). The apply
     creates the state table itself, as a first apply does."""
@@ -307,8 +326,8 @@ def apply_on_own_server(rows: int, workers: int, python: str = sys.executable) -
 def apply_figures(rows: int, workers: int, repeat: int,
                   pythons: dict[str, str]) -> dict[str, dict[str, float]]:
     """The apply line's figures of each install (label -> interpreter): an unmeasured warm-up
-    each, then a small and a full apply of every install taking turns ``repeat`` times; the best
-    of each (highest rate, lowest CPU) counts."""
+    each, then a small and a full rewrite of every install taking turns ``repeat`` times; the
+    best of each (highest rate, lowest CPU) counts. ``flow_...``: apply, switch and finish."""
     small = min(APPLY_SMALL_ROWS, rows // 2)
     for python in pythons.values():
         apply_on_own_server(small, workers, python)  # the warm-up: every module it imports is compiled
@@ -316,24 +335,50 @@ def apply_figures(rows: int, workers: int, repeat: int,
     for _ in range(repeat):
         for label, python in pythons.items():
             for size in (small, rows):
-                rate, client_s, server_s = apply_on_own_server(size, workers, python)
-                runs[label][size].append((rate, client_s, server_s))
+                steps = apply_on_own_server(size, workers, python)
+                runs[label][size].append(steps)
+                rate, client_s, server_s = steps["apply"]
+                after = ", ".join(
+                    f"{step} client {steps[step][1] / size * 1e6:.0f} / server "
+                    f"{steps[step][2] / size * 1e6:.0f} us/row" for step in AFTER_APPLY
+                )
                 print(f"{label}: tsmigrate apply of {size:,} rows (prepare, backfill with capture, "
                       f"catch-up, verification), {workers} workers: {rate:,.0f} rows/s, client CPU "
                       f"{client_s:.2f} s ({client_s / size * 1e6:.0f} us/row), server CPU "
-                      f"{server_s / size * 1e6:.0f} us/row", flush=True)
+                      f"{server_s / size * 1e6:.0f} us/row; then {after}", flush=True)
+
+    def least(label: str, size: int, steps: tuple[str, ...], kind: int) -> float:
+        """The lowest CPU seconds (kind 1: client, 2: server) of ``steps`` added up, over runs."""
+        return min(sum(run[step][kind] for step in steps) for run in runs[label][size])
+
     figures = {}
-    for label, by_size in runs.items():
-        fixed = min(client_s for _, client_s, _ in by_size[small])
-        full = min(client_s for _, client_s, _ in by_size[rows])
+    for label in runs:
+        fixed = least(label, small, ("apply",), 1)
+        full = least(label, rows, ("apply",), 1)
         figures[label] = {
-            "rows_per_s": max(rate for rate, _, _ in by_size[rows]),
+            "rows_per_s": max(run["apply"][0] for run in runs[label][rows]),
             "client_us_per_row": full / rows * 1e6,
-            "server_us_per_row": min(server_s for _, _, server_s in by_size[rows]) / rows * 1e6,
+            "server_us_per_row": least(label, rows, ("apply",), 2) / rows * 1e6,
             "fixed_s": fixed,
             "marginal_us_per_row": (full - fixed) / (rows - small) * 1e6,
+            "flow_client_us_per_row": least(label, rows, STEPS, 1) / rows * 1e6,
+            "flow_server_us_per_row": least(label, rows, STEPS, 2) / rows * 1e6,
+            "flow_marginal_us_per_row": (least(label, rows, STEPS, 1) - least(label, small, STEPS, 1))
+            / (rows - small) * 1e6,
         }
     return figures
+
+
+# The apply line's figures compared with the base install's: (printed name, key in apply_figures).
+BASE_FIGURES = (
+    ("apply_rows_per_s", "rows_per_s"),
+    ("client_cpu_us_per_row", "client_us_per_row"),
+    ("server_cpu_us_per_row", "server_us_per_row"),
+    ("apply_client_cpu_us_per_row_marginal", "marginal_us_per_row"),
+    ("flow_client_cpu_us_per_row", "flow_client_us_per_row"),
+    ("flow_server_cpu_us_per_row", "flow_server_us_per_row"),
+    ("flow_client_cpu_us_per_row_marginal", "flow_marginal_us_per_row"),
+)
 
 
 # -- the naive loop and the ceiling -----------------------------------------------------------
@@ -521,15 +566,15 @@ def main() -> None:
           f"client_cpu_us_per_row={applied['client_us_per_row']:.0f} "
           f"server_cpu_us_per_row={applied['server_us_per_row']:.0f} "
           f"apply_client_cpu_fixed_s={applied['fixed_s']:.2f} "
-          f"apply_client_cpu_us_per_row_marginal={applied['marginal_us_per_row']:.1f}")
+          f"apply_client_cpu_us_per_row_marginal={applied['marginal_us_per_row']:.1f} "
+          f"flow_client_cpu_us_per_row={applied['flow_client_us_per_row']:.0f} "
+          f"flow_server_cpu_us_per_row={applied['flow_server_us_per_row']:.0f} "
+          f"flow_client_cpu_us_per_row_marginal={applied['flow_marginal_us_per_row']:.1f}")
     if "base" in figures:
         base = figures["base"]
-        print(f"base_apply_rows_per_s={base['rows_per_s']:.0f} "
-              f"base_client_cpu_us_per_row={base['client_us_per_row']:.1f} "
-              f"base_server_cpu_us_per_row={base['server_us_per_row']:.1f} "
-              f"client_cpu_vs_base={applied['client_us_per_row'] / base['client_us_per_row']:.2f} "
-              f"server_cpu_vs_base={applied['server_us_per_row'] / base['server_us_per_row']:.2f} "
-              f"rows_per_s_vs_base={applied['rows_per_s'] / base['rows_per_s']:.2f}")
+        print(" ".join(f"base_{name}={base[key]:.1f}" for name, key in BASE_FIGURES) + " " + " ".join(
+            f"{name}_vs_base={applied[key] / base[key]:.2f}" for name, key in BASE_FIGURES
+        ))
     print(
         f"rows={args.rows} rewrite_rows_per_s={rate:.0f} naive_rows_per_s={naive_rate:.0f} "
         f"ceiling_rows_per_s={ceiling_rate:.0f} vs_naive={rate / naive_rate:.2f} "
