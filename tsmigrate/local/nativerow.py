@@ -1,12 +1,14 @@
-"""Fast path for PUT rows that carry a timestamp in every attribute cell, names in order.
+"""Fast path for PUT rows that carry a timestamp in every attribute cell.
 
 The rewrite (and any replicating client) sends such rows. The SDK's C parser (`tablestore.native`)
-reads the cells and verifies every cell checksum and the row checksum; the row as stored (`latest`)
-is then the request's row without its header, so `rowdata.make_lean_row` neither sorts nor
-re-assembles it, and the key's bytes, checksums, logical size and timestamp range come from what
-the parser returned and the cell sizes, without a byte walk. The result is the `fastrow.PutRow`
-that `fastrow.parse_put_row` gives for the same row, plus `latest`. Rows this path does not take
-(no native parser, a cell without a timestamp, names not strictly increasing, no attribute, or
+reads the cells and verifies every cell checksum and the row checksum; the key's bytes, checksums,
+logical size and timestamp range come from what the parser returned and the cell sizes, without a
+byte walk. The result is the `fastrow.PutRow` that `fastrow.parse_put_row` gives for the same row,
+plus `latest`: when the names are strictly increasing (one version a column, in order) the row as
+stored is the request's row without its header, so `rowdata.make_lean_row` neither sorts nor
+re-assembles it; a row of several versions of a column (a rewrite of a table keeping more than
+one), or of names out of order, gets None there and is stored as `fastrow`'s would be. Rows this
+path does not take (no native parser, a cell without a timestamp, an empty name, no attribute, or
 anything the rules below refuse) give None: `fastrow` and then `plainbuffer.decode_row` read them
 as before, with the same results and the same errors.
 
@@ -65,7 +67,7 @@ def parse_put_row(data: bytes) -> PutRow | None:
 
 def _put_row(data: bytes, pk: list[tuple[str, Any]], columns: list[tuple[Any, ...]]) -> PutRow | None:
     """The `PutRow` of what the parser returned for `data`, if `data` is its canonical encoding
-    (see the module docstring) and the names are strictly increasing."""
+    (see the module docstring); its `latest` when the names are strictly increasing."""
     if not columns:
         return None
     i32 = _I32
@@ -102,10 +104,13 @@ def _put_row(data: bytes, pk: list[tuple[str, Any]], columns: list[tuple[Any, ..
     pos += 1
     cells: list[tuple[str, object, int, bytes, int]] = []
     previous = ""
+    in_order = True
     oldest = newest = columns[0][2]
     for name, value, ts in columns:  # a pair (no timestamp): ValueError
-        if name <= previous:  # unsorted, repeated or empty
+        if not name:  # as fastrow: decode_row names the error
             return None
+        if name <= previous:  # a version of the previous column, or out of order
+            in_order = False
         previous = name
         nb = len(name) if name.isascii() else len(name.encode())
         t = type(value)
@@ -145,4 +150,5 @@ def _put_row(data: bytes, pk: list[tuple[str, Any]], columns: list[tuple[Any, ..
             newest = ts
     if pos + 2 != len(data):
         return None
-    return data[5:pk_end], bytes(crcs), pk, cells, lsize, suspect, (oldest, newest), data[4:]
+    latest = data[4:] if in_order else None
+    return data[5:pk_end], bytes(crcs), pk, cells, lsize, suspect, (oldest, newest), latest
