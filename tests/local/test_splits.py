@@ -214,6 +214,7 @@ def key_value(kind: str, i: int) -> object:
 LENGTHS = st.one_of(st.sampled_from([0, 10, 200]), st.integers(0, 300))
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(
     kind=st.sampled_from(["STRING", "INTEGER", "BINARY"]),
@@ -244,6 +245,7 @@ def test_points_match_the_row_by_row_rule(
         check_against_reference(ots, "t", size, max(1, int(rows_a_split * average)), knobs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("knobs", KNOBS, ids=["real", "tiny", "small"])
 def test_points_match_the_row_by_row_rule_for_every_unit(
     ots_instance: LocalTablestore, knobs: tuple[int, ...]
