@@ -355,7 +355,13 @@ class _Mutation:
 
 def decode_put_row(ctx: Context, data: bytes) -> Row | fastrow.PutRow:
     """A PutRow row: a fast path's ready-to-store form, or a decoded Row when neither applies."""
-    return nativerow.parse_put_row(data) or fastrow.parse_put_row(data, ctx.now_ms) or decode_row(data)
+    return _fast_put_row(data, ctx.now_ms) or decode_row(data)
+
+
+def _fast_put_row(data: bytes, now_ms: int, checks: fastrow.Checksums | None = None) -> fastrow.PutRow | None:
+    """A PUT row by the native path, else by `fastrow` (with `checks`: checksums left to it);
+    None when neither takes it."""
+    return nativerow.parse_put_row(data) or fastrow.parse_put_row(data, now_ms, checks)
 
 
 def put_one(
@@ -860,9 +866,7 @@ def batch_write_row(ctx: Context, req: pb.BatchWriteRowRequest) -> bytes:
         decoded: list[Row | fastrow.PutRow] = []
         for r in item.rows:
             data = r.row_change
-            row = None
-            if r.type == pb.PUT:
-                row = nativerow.parse_put_row(data) or fastrow.parse_put_row(data, ctx.now_ms, checks)
+            row = _fast_put_row(data, ctx.now_ms, checks) if r.type == pb.PUT else None
             if row is None:
                 _verify(checks)  # rows before this one fail first, as they would one by one
                 row = decode_row(data)

@@ -124,9 +124,10 @@ def _split_points(storage: Storage, table_id: int, pk_type: int, target: int) ->
                 break  # the table's end
             start = page[-1][0] + b"\x00"  # the smallest key after the last one read
             if filled is not None:  # the partition key goes on past the page: skip the rest of it
-                after = storage.key_after(table_id, _successor(filled))
-                if after is None:
+                following = storage.key_sizes(table_id, _successor(filled), 1)
+                if not following:
                     break
+                after = following[0][0]
                 points.append(_first_column(after, pk_type))
                 size, start = 0, after
     return points

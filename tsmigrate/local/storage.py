@@ -394,14 +394,6 @@ class Storage:
         ).fetchone()
         return last[0], size
 
-    def key_after(self, table_id: int, start: bytes) -> bytes | None:
-        """The first key from `start` on, if any."""
-        self._flush()
-        row = self._db.execute(
-            "SELECT k FROM rows WHERE t = ? AND k >= ? ORDER BY k LIMIT 1", (table_id, start)
-        ).fetchone()
-        return None if row is None else row[0]
-
     def scan_cursor(
         self, table_id: int, start: bytes, end: bytes, forward: bool, limit: int,
         latest_only: bool = False, mints: bool = True,
