@@ -6,7 +6,8 @@ the old key becoming an attribute). A target row is then the source row's bytes 
 key cells copied from the old key as they are, an attribute's newest version becoming a key cell
 (the same bytes up to its value, and a checksum over name and value), the other attribute cells
 copied with their checksums. ``Rekey.page`` walks each row's cells once and builds its target
-row, without decoding any value or building an object per row; ``RowTransform.page`` gives the
+row, without decoding any value or building an object per row (compiled, ``_rowwalk.c``, where
+the install had a C compiler; the same loop in Python otherwise); ``RowTransform.page`` gives the
 same bytes and digest through the general path, which it falls back to when a row does not fit
 (a key attribute missing or of another type: the general path names the row and why).
 """
@@ -30,6 +31,11 @@ from tsmigrate.rewrite.rowbytes import (
     value_at,
 )
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
+
+try:
+    from tsmigrate.rewrite import _rowwalk
+except ImportError:  # installed where no C compiler was found: the same walks in Python
+    _rowwalk = None
 
 _I32 = struct.Struct("<i").unpack_from
 # The value type byte a key column of each type holds.
@@ -76,6 +82,20 @@ class Rekey:
     def page(self, buf: bytes) -> tuple[list[bytes], int, int]:
         """The encoded target rows of a GetRange page (HEADER + row each), the sum of their
         digests (not masked) and their bytes. Raises NotRekeyable for a row that does not fit."""
+        if is_empty_page(buf):
+            return [], 0, 0
+        if _rowwalk is None:
+            return self.page_in_python(buf)
+        try:
+            done = _rowwalk.rekey_page(buf, self.parts, self.moved)
+        except ValueError as exc:
+            raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
+        if done is None:
+            raise NotRekeyable("a key column's attribute is missing or of another type")
+        return done
+
+    def page_in_python(self, buf: bytes) -> tuple[list[bytes], int, int]:
+        """``page`` where the compiled walk is not built (and what tests compare it with)."""
         if is_empty_page(buf):
             return [], 0, 0
         # Names bound locally: this loop is most of a backfill's CPU.
