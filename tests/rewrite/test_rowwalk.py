@@ -9,6 +9,7 @@ import shutil
 import sysconfig
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,7 @@ def _outcome(call, buf: bytes):
 
 
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 @given(st.lists(_ROW, max_size=5))
 def test_the_compiled_walks_give_the_rows_digests_and_sizes_of_the_python_loops(rows) -> None:
     buf = _page(rows)
@@ -93,6 +95,7 @@ def test_a_truncated_page_is_malformed_for_both(rows, data) -> None:
 
 
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 @given(st.lists(_ROW, min_size=1, max_size=3), st.data())
 def test_damaged_bytes_give_a_result_or_a_typed_error_never_a_crash(rows, data) -> None:
     damaged = bytearray(_page(rows))
