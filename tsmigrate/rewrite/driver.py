@@ -22,16 +22,20 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import tablestore as ts
 
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import copy, machine, prepare
+from tsmigrate.rewrite import machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.progress import next_step
+
+if TYPE_CHECKING:
+    # Imported where a rewrite runs, not here: plan and apply import this module for its
+    # settings, and capture brings the whole copy engine (rows, transforms, writer).
+    from tsmigrate.rewrite import capture as capture_mod
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
@@ -72,6 +76,7 @@ def _splits(client: Any, rewrite: machine.Rewrite) -> list[Any]:
 
 
 def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
+    from tsmigrate.rewrite import capture as capture_mod
     from tsmigrate.rewrite import checkpoints, splits, transform, writer
 
     job = job_of(rewrite)
@@ -201,7 +206,8 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
     """Read the differing source rows, catch capture up, read the target rows and the source
     rows again: a source row that did not change meanwhile must have its exact transform in the
     target (and no stale row at its old target key)."""
-    from tsmigrate.rewrite import transform
+    from tsmigrate.rewrite import capture as capture_mod
+    from tsmigrate.rewrite import copy, transform
 
     t = transform.build(job)
     keys = [_key(s) for s, _ in differences if s]
@@ -433,6 +439,8 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
 def _follow(runner: machine.Runner, capture: capture_mod.Capture,
             save: Callable[..., Any], over: Callable[[], bool], report: Report) -> None:
     """Apply ``capture`` until ``over()``, or until another command wants the rewrite."""
+    from tsmigrate.rewrite import capture as capture_mod
+
     phase = runner.rewrite.phase
     last_save = 0.0
     try:

@@ -2,24 +2,57 @@
 official SDK, with the same API on ``OTSClient`` (``Rows``) and ``AsyncOTSClient``
 (``AsyncRows``). See the README section "Models for services"."""
 
-from tsmigrate.service.aio import AsyncRows
-from tsmigrate.service.batch import BatchGetResult, BatchResult, Failure, Update
-from tsmigrate.service.conditions import Attr
-from tsmigrate.service.errors import (
-    AlreadyExists,
-    BatchError,
-    ConditionFailed,
-    QueryError,
-    RowError,
-    RowValueError,
-    VersionConflict,
-)
-from tsmigrate.service.query import Exists, Match, Prefix, Range, between
-from tsmigrate.service.table import Rows
-from tsmigrate.service.testing import create_tables
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tsmigrate.service.aio import AsyncRows
+    from tsmigrate.service.batch import BatchGetResult, BatchResult, Failure, Update
+    from tsmigrate.service.conditions import Attr
+    from tsmigrate.service.errors import (
+        AlreadyExists,
+        BatchError,
+        ConditionFailed,
+        QueryError,
+        RowError,
+        RowValueError,
+        VersionConflict,
+    )
+    from tsmigrate.service.query import Exists, Match, Prefix, Range, between
+    from tsmigrate.service.table import Rows
+    from tsmigrate.service.testing import create_tables
 
 __all__ = [
     "AlreadyExists", "AsyncRows", "Attr", "BatchError", "BatchGetResult", "BatchResult",
     "ConditionFailed", "Exists", "Failure", "Match", "Prefix", "QueryError", "Range", "RowError",
     "RowValueError", "Rows", "Update", "VersionConflict", "between", "create_tables",
 ]
+
+# The public names, imported from their modules on first use (PEP 562): the rewrite engine
+# imports tsmigrate.service.routing, which would otherwise load the whole model API with it.
+_HOME = {
+    "AsyncRows": "aio",
+    "BatchGetResult": "batch", "BatchResult": "batch", "Failure": "batch", "Update": "batch",
+    "Attr": "conditions",
+    "AlreadyExists": "errors", "BatchError": "errors", "ConditionFailed": "errors",
+    "QueryError": "errors", "RowError": "errors", "RowValueError": "errors",
+    "VersionConflict": "errors",
+    "Exists": "query", "Match": "query", "Prefix": "query", "Range": "query", "between": "query",
+    "Rows": "table",
+    "create_tables": "testing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
