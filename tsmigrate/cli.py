@@ -7,6 +7,12 @@ Exit codes: 0 success, 1 error (problems found, bad input), 2 reserved for "chan
 from __future__ import annotations
 
 import logging
+import os
+
+# The SDK imports numpy (through flatbuffers) where it is installed, and OpenBLAS then starts a
+# thread per core: about 0.1 s of CPU for every command (and every rewrite worker process),
+# none of which does linear algebra. Set before anything imports the SDK; a value set stays.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 

@@ -51,3 +51,16 @@ def test_an_unknown_name_of_the_service_package_is_an_attribute_error():
         service.Rowz  # noqa: B018
     with pytest.raises(ImportError):
         exec("from tsmigrate.service import Rowz", {})
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "1"), ("3", "3")])
+def test_commands_start_openblas_with_one_thread_unless_told_otherwise(monkeypatch, preset, expected):
+    """numpy, imported by the SDK where installed, would start a BLAS thread per core."""
+    if preset is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
+    code = "import os, tsmigrate.cli, tablestore; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert done.stdout.split()[-1] == expected
