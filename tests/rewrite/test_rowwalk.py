@@ -139,3 +139,19 @@ def test_the_install_builds_the_compiled_walks_where_a_compiler_is_found() -> No
     assert built == _compiler_and_headers(), (
         "tsmigrate/rewrite/_rowwalk.c should be built where a C compiler and the Python headers are "
         f"(pip install -e . in {os.getcwd()}), and only there: built={built}")
+
+
+@pytest.mark.parametrize(("parts", "moved", "message"), [
+    ((-1,), (), "index is 0 to 3"),
+    ((4,), (), "index is 0 to 3"),
+    ((), (), "1 to 4 columns"),
+    ((0, 1, 2, 3, 0), (), "1 to 4 columns"),
+    (((b"a", 3),), (b"a", b"b", b"c", b"d", b"e"), "at most 4"),
+    (("a",), (), "an int or a"),
+])
+def test_the_compiled_walk_refuses_arguments_no_plan_gives(parts, moved, message) -> None:
+    if rekey._rowwalk is None:
+        pytest.skip("the compiled walks are not built here (no C compiler): nothing to call")
+    page = _page([([("request_id", "r")], [("day", 1, 5)], False)])
+    with pytest.raises(TypeError, match=message):
+        rekey._rowwalk.rekey_page(page, parts, moved)

@@ -5,7 +5,8 @@
  * through the C API, so both paths hash with one implementation.
  *
  * Errors: ValueError for a truncated or malformed page (the callers raise PlainBufferError),
- * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable).
+ * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable),
+ * TypeError for arguments no Rekey plan gives.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -240,7 +241,7 @@ static int parse_parts(PyObject *seq, Parts *parts) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
     if (count < 1 || count > MAX_KEY_CELLS) {
         Py_DECREF(fast);
-        PyErr_SetString(PyExc_ValueError, "a key has 1 to 4 columns");
+        PyErr_SetString(PyExc_TypeError, "a key has 1 to 4 columns");
         return -1;
     }
     parts->count = (int)count;
@@ -248,7 +249,14 @@ static int parse_parts(PyObject *seq, Parts *parts) {
         PyObject *part = PySequence_Fast_GET_ITEM(fast, i);
         parts->name[i] = NULL;
         if (PyLong_Check(part)) {
-            parts->copy[i] = (int)PyLong_AsLong(part);
+            long copy = PyLong_AsLong(part);
+            if (copy < 0 || copy >= MAX_KEY_CELLS) {
+                Py_DECREF(fast);
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "a copied key column's index is 0 to 3");
+                return -1;
+            }
+            parts->copy[i] = (int)copy;
         } else if (PyTuple_Check(part) && PyTuple_GET_SIZE(part) == 2 &&
                    PyBytes_Check(PyTuple_GET_ITEM(part, 0))) {
             parts->copy[i] = -1;
@@ -308,7 +316,7 @@ static PyObject *rekey_page(PyObject *module, PyObject *const *args, Py_ssize_t 
     Py_ssize_t moved_count = PySequence_Fast_GET_SIZE(moved_fast);
     if (moved_count > MAX_MOVED) {
         Py_DECREF(moved_fast);
-        PyErr_SetString(PyExc_ValueError, "at most 4 attributes enter a key");
+        PyErr_SetString(PyExc_TypeError, "at most 4 attributes enter a key");
         return NULL;
     }
     const char *moved_name[MAX_MOVED];
