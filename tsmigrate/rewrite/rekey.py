@@ -182,7 +182,7 @@ class Rekey:
                 # The digest covers the key cells, 0x02 and the attribute cells: the row but its
                 # header, TAG_ROW_PK and checksum (0x02 added when it has no attribute cells)
                 total += digest(row[5:-2] if kept else row[5:-2] + b"\x02")
-        except (IndexError, struct.error) as exc:
+        except (IndexError, struct.error, UnicodeDecodeError) as exc:  # a damaged string too
             raise PlainBufferError(f"a page read back is truncated or malformed ({exc})") from None
         return out, total, sum(map(len, out)) - 4 * len(out)
 
