@@ -158,8 +158,9 @@ static Py_ssize_t row_end(const uint8_t *b, Py_ssize_t pos, Py_ssize_t n) {
     return pos + 2;
 }
 
+/* Whether a page is empty (no rows) or starts with the PlainBuffer header. */
 static int header_ok(const uint8_t *b, Py_ssize_t n) {
-    if (n < 4 || read_i32(b) != 0x75) {
+    if (n != 0 && (n < 4 || read_i32(b) != 0x75)) {
         PyErr_SetString(PyExc_ValueError, "a page must start with the PlainBuffer header");
         return 0;
     }
@@ -176,8 +177,6 @@ static PyObject *page_totals(PyObject *module, PyObject *arg) {
     Sum sum = {{0, 0, 0}};
     PyObject *result = NULL;
     char *joined = NULL;
-    if (n == 0)
-        goto done;
     if (!header_ok(b, n))
         goto fail;
     while (pos < n) {
@@ -212,12 +211,10 @@ static PyObject *page_totals(PyObject *module, PyObject *arg) {
         if ((pos = row_end(b, pos, n)) < 0)
             goto fail;
     }
-done: {
     PyObject *total = sum_to_long(&sum);
     if (total != NULL)
         result = Py_BuildValue("(nN)", count, total);
     goto fail;
-}
 truncated:
     malformed("a row is truncated", pos);
 fail:
@@ -351,11 +348,7 @@ static PyObject *rekey_page(PyObject *module, PyObject *const *args, Py_ssize_t 
     uint8_t *kept_crcs = NULL;
     Py_ssize_t kept_capacity = 0;
     PyObject *rows = PyList_New(0), *result = NULL;
-    if (rows == NULL)
-        goto fail;
-    if (n == 0)
-        goto done;
-    if (!header_ok(b, n))
+    if (rows == NULL || !header_ok(b, n))
         goto fail;
     while (pos < n) {
         pos++; /* TAG_ROW_PK */
@@ -491,12 +484,10 @@ static PyObject *rekey_page(PyObject *module, PyObject *const *args, Py_ssize_t 
         Py_DECREF(row);
         size_total += size - 4;
     }
-done: {
     PyObject *total = sum_to_long(&sum);
     if (total != NULL)
         result = Py_BuildValue("(ONn)", rows, total, size_total);
     goto fail;
-}
 malformed_row:
     malformed("a row is truncated or malformed", pos);
 fail:
