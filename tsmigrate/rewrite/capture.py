@@ -65,10 +65,11 @@ from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local import plainbuffer
 from tsmigrate.rewrite import copy, machine
 from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row, row_cells
-from tsmigrate.rewrite.transform import TargetRow
+from tsmigrate.rewrite.transform import TargetRow, format_key
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
+GUARD_ATTEMPTS = 8  # reads and merges of a row another writer keeps changing, before it is set aside
 
 Key = tuple[tuple[str, Any], ...]
 # A cell of a target row by (name, timestamp): its encoded bytes and checksum (``RawCell``'s),
@@ -243,6 +244,8 @@ class Stats:
     moved: int = 0
     last_record_ms: int = 0
     caught_up: bool = False
+    set_aside: int = 0  # rows capture could not carry (``Capture.set_aside``)
+    guard_retries: int = 0  # whole-row writes read and merged again: the row changed meanwhile
 
 
 def _key(pk: Iterable[tuple[str, Any]]) -> Key:
@@ -283,13 +286,20 @@ class Capture:
         # Splits any record touched since capture started; None: not known (a rewrite prepared
         # before splits were tracked), so verification reads every split's source rows.
         self.touched: set[int] | None = None if touched is None else set(touched)
-        self.stats = Stats()
+        # Rows capture could not carry: formatted source key -> {"reason", "at_ms"}
+        self.set_aside: dict[str, dict[str, Any]] = dict(position.get("set_aside") or {})
+        # A target that takes no UpdateRow (allow_update=False) gets whole rows (``_write_whole``)
+        self.whole_rows = not job.target.options.allow_update
+        self._declared = sorted({c.name for c in (*job.target.defined_columns,
+                                                  *job.target.attributes)})
+        self.stats = Stats(set_aside=len(self.set_aside))
 
     # -- the position ----------------------------------------------------------------------------
 
     def position(self) -> dict[str, Any]:
         return {"stream_id": self.stream_id,
-                "shards": {s.shard_id: s.checkpoint() for s in self.shards.values()}}
+                "shards": {s.shard_id: s.checkpoint() for s in self.shards.values()},
+                "set_aside": dict(self.set_aside)}
 
     def lag_s(self) -> float:
         if self.stats.caught_up or not self.stats.last_record_ms:
@@ -424,33 +434,88 @@ class Capture:
         """Apply the changes of ``keys`` to the target, cell by cell: each source key's current
         row (re-read) and its target rows (the current one, and those it left) are read in
         batches, the changes merged in (``_vacate``, ``_merge``), and only the differences
-        written, batched (``_write``). Cells stay encoded throughout (``RawCell``)."""
+        written, batched (``_write``). Cells stay encoded throughout (``RawCell``).
+
+        A target that takes no UpdateRow gets whole rows, each guarded by what was read: a row
+        written meanwhile refuses the write, and its keys are read and merged again. A row that
+        cannot be carried (its transform fails, the service refuses it for good, or it keeps
+        changing under capture) is set aside (``set_aside``) and capture goes on."""
         items = list(keys.items())
-        target = self.job.target
         for start in range(0, len(items), BATCH_GET):
-            batch = items[start:start + BATCH_GET]
-            current = read_raw_rows(self.raw, self.job.source.name, [k for k, _ in batch],
-                                    copy.versions(self.job), self.transform.key_sources)
-            planned = []
-            wanted: list[Key] = []
-            for source_key, change in batch:
-                row = current.get(source_key)
+            batch = dict(items[start:start + BATCH_GET])
+            for attempt in range(GUARD_ATTEMPTS):
+                batch = self._sync_refused(batch)
+                if not batch:
+                    break
+                self.stats.guard_retries += len(batch)
+                time.sleep(min(0.02 * 2 ** attempt, 0.5))
+            for source_key in batch:
+                self._put_aside(source_key, f"its row in {self.job.target.name} kept changing while "
+                                f"capture wrote it ({GUARD_ATTEMPTS} attempts)")
+
+    def _sync_refused(self, batch: dict[Key, Change]) -> dict[Key, Change]:
+        """``_sync_batch``; a row the service refuses for good is set aside, the others synced
+        one by one. Returns the keys to read and merge again."""
+        from tsmigrate.rewrite.writer import RowRefused
+
+        try:
+            return self._sync_batch(batch)
+        except RowRefused as exc:
+            if len(batch) == 1:
+                self._put_aside(next(iter(batch)), str(exc))
+                return {}
+        again: dict[Key, Change] = {}
+        for source_key, change in batch.items():
+            try:
+                again.update(self._sync_batch({source_key: change}))
+            except RowRefused as exc:
+                self._put_aside(source_key, str(exc))
+        return again
+
+    def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
+        """Sync one batch (see ``sync``); returns the source keys whose guarded write was refused."""
+        target = self.job.target
+        current = read_raw_rows(self.raw, self.job.source.name, list(batch),
+                                copy.versions(self.job), self.transform.key_sources)
+        planned = []
+        wanted: list[Key] = []
+        for source_key, change in batch.items():
+            row = current.get(source_key)
+            try:
                 new_key, cells = (None, []) if row is None else self._target_of(source_key, row)
-                planned.append((change, cells, new_key))
-                wanted += [*([new_key] if new_key else []), *change.olds]
-            found = read_raw_rows(self.raw, target.name, wanted, target.options.max_versions)
-            rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
-            # The target keys rows left first: a row moving in within the same batch merges
-            # into what they leave.
-            for (source_key, _), (change, _cells, new_key) in zip(batch, planned, strict=True):
-                for old, when in change.olds.items():
-                    if old != new_key:
-                        self._vacate(rows[old], source_key, when)
-            for change, cells, new_key in planned:
-                if new_key is not None:
-                    arrived = change.arrived or any(old != new_key for old in change.olds)
-                    self._merge(rows[new_key], cells, change, arrived)
-            self._write(rows.values())
+            except TsmigrateError as exc:
+                self._put_aside(source_key, str(exc))
+                continue
+            planned.append((source_key, change, cells, new_key))
+            wanted += [*([new_key] if new_key else []), *change.olds]
+        found = read_raw_rows(self.raw, target.name, wanted, target.options.max_versions)
+        rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+        # The target keys rows left first: a row moving in within the same batch merges
+        # into what they leave.
+        for source_key, change, _cells, new_key in planned:
+            for old, when in change.olds.items():
+                if old != new_key:
+                    self._vacate(rows[old], source_key, when)
+        for _source_key, change, cells, new_key in planned:
+            if new_key is not None:
+                arrived = change.arrived or any(old != new_key for old in change.olds)
+                self._merge(rows[new_key], cells, change, arrived)
+        refused = set(self._write(rows.values()))
+        again = {}
+        for source_key, change, _cells, new_key in planned:
+            if refused.intersection([new_key, *change.olds]):
+                again[source_key] = change
+            else:
+                self.set_aside.pop(format_key(source_key), None)
+        self.stats.set_aside = len(self.set_aside)
+        return again
+
+    def _put_aside(self, source_key: Key, reason: str) -> None:
+        """A row capture cannot carry: named (with why) in the position, so `rewrite status`
+        shows it and switch and finish refuse until it is fixed (a later change of the row that
+        can be carried takes it off the list)."""
+        self.set_aside[format_key(source_key)] = {"reason": reason[:500], "at_ms": int(time.time() * 1000)}
+        self.stats.set_aside = len(self.set_aside)
 
     def _target_of(self, source_key: Key, row: RawRow) -> tuple[Key, list[RawCell]]:
         """The target key and cells of a source row (``RowTransform.apply`` on encoded cells):
@@ -523,10 +588,13 @@ class Capture:
             newest = max((stamp for stamp, _ in versions.get(name, ())), default=change.time)
             row.drop(name, max(change.time, newest), kept)
 
-    def _write(self, rows: Iterable[_TargetRow]) -> None:
+    def _write(self, rows: Iterable[_TargetRow]) -> list[Key]:
         """Write what changed in ``rows``: UpdateRows of the versions put (the cells' bytes as
         read, compared by those bytes) and deleted, DeleteRow for rows that are gone, PutRow of
-        a bare key for a source row without cells."""
+        a bare key for a source row without cells. A target that takes no UpdateRow gets whole
+        rows instead (``_write_whole``). Returns the target keys whose guarded write was refused."""
+        if self.whole_rows:
+            return self._write_whole(rows)
         updates: list[tuple[list[tuple[str, Any]], list[Any]]] = []
         gone: list[list[tuple[str, Any]]] = []
         bare: list[TargetRow] = []
@@ -553,6 +621,49 @@ class Capture:
             self.writer.write_rows(self.client, self.job.target.name, bare)
         if updates:
             self.writer.update_rows(self.client, self.job.target.name, updates)
+        return []
+
+    def _write_whole(self, rows: Iterable[_TargetRow]) -> list[Key]:
+        """PutRow of every changed row whole (each cell with its timestamp, the newest
+        ``max_versions`` of a column, as the table keeps them) and DeleteRow of rows that are
+        gone, each guarded by the row as read (``_guard``)."""
+        keep = self.job.target.options.max_versions
+        puts, deletes = [], []
+        for row in rows:
+            if not row.exists:
+                if row.existed:
+                    deletes.append((list(row.key), self._guard(row)))
+                continue
+            if row.existed and row.cells == row.before:
+                continue
+            versions: dict[str, list[tuple[int, Encoded]]] = {}
+            for (name, stamp), encoded in row.cells.items():
+                versions.setdefault(name, []).append((stamp, encoded))
+            cells = [encoded for name in sorted(versions)
+                     for _, encoded in sorted(versions[name], key=lambda v: -v[0])[:keep]]
+            puts.append((list(row.key), cells, self._guard(row)))
+        refused = self.writer.write_whole_rows(self.client, self.job.target.name, puts, deletes)
+        return [_key(key) for key in refused]
+
+    def _guard(self, row: _TargetRow) -> bytes:
+        """The condition that the row is still as read: absent, or present with the same newest
+        value of each column (and still without the declared columns it lacked), as far as
+        one condition's ``GUARD_COLUMNS`` comparisons go. A write that changed no value (the same
+        values again, with new timestamps) passes it: its cells keep their values, not their
+        timestamps."""
+        guard_columns = self.writer.GUARD_COLUMNS
+        if not row.existed:
+            return self.writer.row_condition(pb.EXPECT_NOT_EXIST)
+        newest: dict[str, tuple[int, bytes]] = {}
+        for (name, stamp), (cell, _) in row.before.items():
+            if name not in newest or stamp > newest[name][0]:
+                newest[name] = (stamp, cell)
+        values = [(name, cell_value(cell)) for name, (_, cell) in sorted(newest.items())]
+        values = values[:guard_columns]
+        absent = [name for name in self._declared if name not in newest]
+        absent = absent[:(guard_columns - len(values)) // 2]  # two comparisons each
+        column = self.writer.values_unchanged(values, absent) if values or absent else None
+        return self.writer.row_condition(pb.EXPECT_EXIST, column)
 
 
 @attrs.define(slots=True)

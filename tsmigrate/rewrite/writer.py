@@ -48,7 +48,10 @@ from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
 MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
+# A row write's column condition holds at most 10 nodes: an AND and 9 comparisons.
+GUARD_COLUMNS = 9
 _IS_OK = operator.attrgetter("is_ok")
+CONDITION_FAILED = "OTSConditionCheckFail"
 
 # One cell of an UpdateRow: ("put", name, (encoded cell, its checksum), timestamp), the cell as
 # read (capture passes cells through as bytes), or ("delete", name, None, timestamp), deleting
@@ -58,6 +61,11 @@ CellChange = tuple[str, str, Any, int]
 
 class WriteError(TsmigrateError):
     """Rows could not be written to the target."""
+
+
+class RowRefused(WriteError):
+    """The service refused one row for good (not a retryable error): the row, not the request,
+    is at fault (a cell too large, a timestamp out of the table's range, ...)."""
 
 
 class RateLimiter:
@@ -168,6 +176,50 @@ class BatchWriter:
             attempt += 1
             pending = failed
 
+    def write_guarded(self, kind: int, rows: Sequence[bytes], conditions: Sequence[bytes]) -> list[int]:
+        """Write ``rows`` (pb.PUT or pb.DELETE), each under its condition (``row_condition``);
+        returns the positions of the rows whose condition did not hold: nothing was written for
+        them. Rows refused with a retryable error are sent again, as ``put`` does."""
+        refused: list[int] = []
+        low = 0
+        for batch in _batches(rows):
+            pending = list(range(low, low + len(batch)))
+            low += len(batch)
+            attempt = 0
+            while pending:
+                self.limiter.acquire(len(pending))
+                body = batch_write_request(self.table, kind, [rows[i] for i in pending],
+                                           [conditions[i] for i in pending])
+                with self._stats_lock:
+                    self.stats.requests += 1
+                with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
+                    response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
+                retry_rows, error = [], None
+                for position, result in zip(pending, response.tables[0].rows, strict=True):
+                    if result.is_ok:
+                        continue
+                    if result.error.code == CONDITION_FAILED:
+                        refused.append(position)
+                        continue
+                    exc = OTSServiceError(0, result.error.code, result.error.message)
+                    key = format_key(decode_row(rows[position]).primary_key)
+                    if not retry.retryable(exc, "BatchWriteRow"):
+                        raise RowRefused(f"row {key} of {self.table!r} was refused: "
+                                         f"{result.error.code} {result.error.message}")
+                    if attempt >= self.policy.max_retries:
+                        raise WriteError(f"row {key} could not be written to {self.table!r} after "
+                                         f"{attempt + 1} attempts: {exc.code} {exc.message}")
+                    retry_rows.append(position)
+                    error = exc
+                with self._stats_lock:
+                    self.stats.rows += len(pending) - len(retry_rows)
+                    self.stats.retried_rows += len(retry_rows)
+                if retry_rows and error is not None:
+                    time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
+                attempt += 1
+                pending = retry_rows
+        return sorted(refused)
+
     def _request(self, kind: int, rows: list[bytes]) -> tuple[list[bytes], OTSServiceError | None]:
         """Send once (the client's policy retries a refused request); the rows that failed
         with a retryable error, and that error."""
@@ -188,7 +240,7 @@ class BatchWriter:
             exc = OTSServiceError(0, result.error.code, result.error.message)
             if not retry.retryable(exc, "BatchWriteRow"):
                 key = format_key(decode_row(row).primary_key)
-                raise WriteError(
+                raise RowRefused(
                     f"row {key} of {self.table!r} was refused: {result.error.code} {result.error.message}"
                 )
             failed.append(row)
@@ -204,19 +256,31 @@ class BatchWriter:
 _CONDITION_IGNORE = b"\x1a\x02\x08" + bytes((pb.IGNORE,))
 
 
-def batch_write_request(table: str, kind: int, rows: Sequence[bytes]) -> bytes:
+def batch_write_request(table: str, kind: int, rows: Sequence[bytes],
+                        conditions: Sequence[bytes] | None = None) -> bytes:
     """The BatchWriteRowRequest of ``rows`` (encoded rows, HEADER + row each) for ``table``,
-    each of operation ``kind`` (pb.PUT, UPDATE, DELETE) with row existence IGNORE."""
+    each of operation ``kind`` (pb.PUT, UPDATE, DELETE) with row existence IGNORE, or with the
+    encoded ``Condition`` given for it (``row_condition``)."""
     head = b"\x08" + bytes((kind,)) + b"\x12"  # type, then row_change's tag
-    fixed = len(head) + len(_CONDITION_IGNORE)
     parts = []
-    for row in rows:
+    for index, row in enumerate(rows):
+        condition = _CONDITION_IGNORE if conditions is None else conditions[index]
         size = len(row)
         length = varint(size)
-        parts += (b"\x12", varint(fixed + len(length) + size), head, length, row, _CONDITION_IGNORE)
+        parts += (b"\x12", varint(len(head) + len(condition) + len(length) + size), head, length,
+                  row, condition)
     name = table.encode("utf-8")
     entry = b"".join([b"\x0a", varint(len(name)), name, *parts])
     return b"\x0a" + varint(len(entry)) + entry
+
+
+def row_condition(existence: int, column_condition: bytes | None = None) -> bytes:
+    """A row's condition in ``batch_write_request`` (field 3): the row existence expected
+    (pb.EXPECT_EXIST, EXPECT_NOT_EXIST, IGNORE) and an encoded column condition (a Filter)."""
+    inner = b"\x08" + bytes((existence,))
+    if column_condition is not None:
+        inner += b"\x12" + varint(len(column_condition)) + column_condition
+    return b"\x1a" + varint(len(inner)) + inner
 
 
 def _wait_all(sent: list[Future[None]]) -> None:
@@ -313,6 +377,58 @@ def update_rows(client: OTSClient, table: str,
     batch = BatchWriter(client, table)
     for encoded in rounds:
         batch.update(encoded)
+
+
+def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = ()) -> bytes:
+    """An encoded column condition (a Filter): each column of ``values`` still has that newest
+    value and each of ``absent`` is still missing. At most ``GUARD_COLUMNS`` comparisons (two
+    for a missing column)."""
+    from tablestore import metadata as md
+    from tablestore.encoder import OTSProtoBufferEncoder
+    from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
+
+    leaves: list[md.ColumnCondition] = [
+        md.SingleColumnCondition(name, bytearray(v) if isinstance(v, bytes) else v,
+                                 md.ComparatorType.EQUAL, pass_if_missing=False,
+                                 latest_version_only=True)
+        for name, v in values]
+    # "Missing": equal to a value and unequal to it, each passing where the column is missing
+    # (the SDK's SingleColumnCondition takes no NOT_EXIST comparator).
+    leaves += [md.SingleColumnCondition(name, 0, comparator, pass_if_missing=True)
+               for name in absent
+               for comparator in (md.ComparatorType.EQUAL, md.ComparatorType.NOT_EQUAL)]
+    if len(leaves) > GUARD_COLUMNS:
+        raise ValueError(f"a condition holds at most {GUARD_COLUMNS} comparisons, got {len(leaves)}")
+    condition = leaves[0]
+    if len(leaves) > 1:
+        condition = md.CompositeColumnCondition(md.LogicalOperator.AND)
+        for leaf in leaves:
+            condition.add_sub_condition(leaf)
+    proto = filter_pb2.Filter()
+    OTSProtoBufferEncoder("utf-8", enable_native=False)._make_column_condition(proto, condition)
+    return proto.SerializeToString()
+
+
+def write_whole_rows(client: OTSClient, table: str,
+                     puts: Sequence[tuple[Sequence[tuple[str, Any]], Sequence[tuple[bytes, int]], bytes]],
+                     deletes: Sequence[tuple[Sequence[tuple[str, Any]], bytes]]) -> list[Any]:
+    """For a table that takes no UpdateRow (``allow_update=False``): PutRow of whole rows
+    (key, every cell as read or merged: (cell bytes, checksum), each with its timestamp) and
+    DeleteRow of keys, each under its condition (``row_condition``). Returns the keys whose
+    condition did not hold (the row changed since it was read): nothing was written for them."""
+    refused: list[Any] = []
+    if puts:
+        encoded = []
+        for key, cells, _ in puts:
+            pk_cells, crcs = key_cells(key)
+            encoded.append(HEADER + assemble_row(pk_cells, crcs, cells))
+        positions = BatchWriter(client, table).write_guarded(pb.PUT, encoded, [c for *_, c in puts])
+        refused += [puts[i][0] for i in positions]
+    if deletes:
+        positions = BatchWriter(client, table).write_guarded(
+            pb.DELETE, [encode_delete(key) for key, _ in deletes], [c for _, c in deletes])
+        refused += [deletes[i][0] for i in positions]
+    return refused
 
 
 def write_rows(client: OTSClient, table: str, rows: Sequence[TargetRow]) -> None:
