@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         QueryError,
         RowError,
         RowValueError,
+        UpdateNotAllowed,
         VersionConflict,
     )
     from tsmigrate.service.query import Exists, Match, Prefix, Range, between
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AlreadyExists", "AsyncRows", "Attr", "BatchError", "BatchGetResult", "BatchResult",
     "ConditionFailed", "Exists", "Failure", "Match", "Prefix", "QueryError", "Range", "RowError",
-    "RowValueError", "Rows", "Update", "VersionConflict", "between", "create_tables",
+    "RowValueError", "Rows", "Update", "UpdateNotAllowed", "VersionConflict", "between",
+    "create_tables",
 ]
 
 # The public names, imported from their modules on first use (PEP 562): the rewrite engine
@@ -38,7 +40,7 @@ _HOME = {
     "Attr": "conditions",
     "AlreadyExists": "errors", "BatchError": "errors", "ConditionFailed": "errors",
     "QueryError": "errors", "RowError": "errors", "RowValueError": "errors",
-    "VersionConflict": "errors",
+    "UpdateNotAllowed": "errors", "VersionConflict": "errors",
     "Exists": "query", "Match": "query", "Prefix": "query", "Range": "query", "between": "query",
     "Rows": "table",
     "create_tables": "testing",

@@ -55,6 +55,7 @@ from tsmigrate.service.rows import (
     columns_to_get,
     expectation,
     located,
+    refuse_update,
     update_row_cells,
     version_guard,
 )
@@ -184,6 +185,7 @@ class WriteItem:
 
 
 _IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
+_NO_ROW = object()  # an iterable's end, told apart from any value it may hold
 
 
 def raw_put(table: str, primary_key: list[tuple[str, Any]], cells: list[Any], source: Any = None
@@ -215,6 +217,7 @@ def _update_item(codec: ModelCodec, update: Update) -> WriteItem:
     if not isinstance(update, Update):
         raise TypeError(f"batch updates are Update(row, set=..., increment=...) values, got {update!r}")
     _, table, key = located(codec, update.target)
+    refuse_update(codec, table)
     cells = update_row_cells(codec, update.set, update.delete, update.increment)
     existence, guard, after, token = expectation(update.expect), update.condition, None, None
     if codec.version and isinstance(update.target, Model):  # optimistic locking, as update()
@@ -283,10 +286,23 @@ def write_op(
     codec: ModelCodec, puts: Iterable[Model] = (), updates: Iterable[Update] = (),
     deletes: Iterable[Any] = (), retry: TsmigrateRetryPolicy = RETRY_POLICY,
     max_rows: int = WRITE_ROWS, max_bytes: int = _BYTES_BUDGET, progress: Progress | None = None,
+    routed: bool = False,
 ) -> Op[BatchResult]:
+    """``routed``: the client routes the model's writes during a rewrite (routed.py) and is
+    asked, before the first request, whether the table it writes takes updates."""
     total = None
     if progress is not None and all(isinstance(rows, Sized) for rows in (puts, updates, deletes)):
         total = sum(len(rows) for rows in (puts, updates, deletes))  # type: ignore[arg-type]
+    if routed or not codec.allow_update:
+        # An update the table refuses stops the batch before any row of it is sent (puts
+        # come first, and would be written before the update is reached).
+        pending = iter(updates)
+        first = next(pending, _NO_ROW)
+        if first is not _NO_ROW:
+            _update_item(codec, first)  # checked as it will be sent: refused by the model's table
+            if routed:
+                yield Call("refuse_update", codec.table)
+            updates = chain((first,), pending)
     return (yield from write_items_op(codec, _items(codec, puts, updates, deletes), retry,
                                       max_rows, max_bytes, progress, total))
 

@@ -110,6 +110,8 @@ class ModelCodec:
         self.version = model.version_field()
         self.version_column = self.fields[self.version].column if self.version else None
         self.request_id_column = model.request_id_column()
+        # False: the table refuses UpdateRow, so updates are refused before any request.
+        self.allow_update = model.table().options.allow_update
         self.indexes = {
             (d.index_name or d.name): d for d in model._declared(_SecondaryIndex)
         }

@@ -38,6 +38,24 @@ class AlreadyExists(ConditionFailed):
         self.current = current
 
 
+class UpdateNotAllowed(RowError):
+    """An update (``set=``, ``delete=``, ``increment=``) of a row whose table has
+    ``allow_update=False``, refused before any request: Tablestore refuses every UpdateRow
+    there. ``table`` is the table the write would go to (during a rewrite, possibly the other
+    table of it); ``why`` says how the write came to go there, when not the model's own table."""
+
+    def __init__(self, model: str, table: str, why: str = ""):
+        self.model = model
+        self.table = table
+        super().__init__(
+            f"{model}: cannot update a row of {table}{why}: {table} has allow_update=False, so "
+            "Tablestore refuses UpdateRow there (a table with a TTL and a secondary or search "
+            "index must have it), and set=, delete= and increment= are not possible; put the "
+            "whole row with Rows.put instead (read it, change it, put it back; a condition or "
+            "the model's version= keeps concurrent writers apart)"
+        )
+
+
 class RowValueError(TsmigrateError, ValueError):
     """A field value does not fit its declared type (never cast silently)."""
 

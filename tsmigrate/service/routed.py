@@ -10,20 +10,37 @@ from typing import Any
 from tablestore import metadata as md
 
 from tsmigrate.service.calls import Raw, asend_raw, send_raw
+from tsmigrate.service.errors import UpdateNotAllowed
 from tsmigrate.service.routing import Route, Router, router_for
 
 
 class _Calls:
     """How each SDK call of ``Rows`` is sent to the other side, and its answer read back."""
 
-    def __init__(self, table: str):
+    def __init__(self, table: str, model: str):
         self.table = table
+        self.model = model  # the model of the Rows sending (named by a refused update)
+
+    def refuse_update(self, route: Route) -> None:
+        """An update going to the other table of the rewrite is refused before it is sent when
+        that table has allow_update=False, even if the model's own table (which the operation
+        checked) takes updates: the table written decides."""
+        t = route.translator
+        assert t is not None
+        if not t.other_allows_update:
+            raise UpdateNotAllowed(
+                self.model, t.other_table,
+                f" ({t.other_table} takes the writes of {self.model} while the rewrite into "
+                f"{route.rewrite} is {route.phase})",
+            )
 
     def moved_row(self, route: Route, method: str, row: md.Row) -> md.Row:
         """The row of a put_row, update_row or delete_row as the other side takes it."""
         if method == "delete_row":
             assert route.translator is not None
             return md.Row(route.translator.key(row.primary_key, what="delete"))
+        if method == "update_row":
+            self.refuse_update(route)
         return self.row_for(route, row, method == "update_row")
 
     @staticmethod
@@ -68,6 +85,8 @@ class _Calls:
         rows = []
         for row_item in item.row_items:
             update = isinstance(row_item, md.UpdateRowItem)
+            if update:
+                self.refuse_update(route)  # before any row of the request is sent
             if isinstance(row_item, md.DeleteRowItem):
                 row = md.Row(route.translator.key(row_item.row.primary_key, what="delete"))
             else:
@@ -116,10 +135,10 @@ class _Calls:
 class RoutedClient:
     """An ``OTSClient`` whose row calls on one table go to the side its rewrite names."""
 
-    def __init__(self, client: Any, router: Router):
+    def __init__(self, client: Any, router: Router, model: str = ""):
         self._client = client
         self._router = router
-        self._calls = _Calls(router.table)
+        self._calls = _Calls(router.table, model)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -146,6 +165,16 @@ class RoutedClient:
             return getattr(self._client, method)(route.translator.other_table, moved, *args, **kwargs)
         finally:
             self._router.end_write()
+
+    def refuse_update(self, table: str) -> None:
+        """Raise UpdateNotAllowed when updates of ``table``'s rows go, on the route as it
+        stands, to the other table of a rewrite and that one refuses UpdateRow (asked by a
+        batch before its first request; each request is checked again as it is sent)."""
+        if table != self._router.table:
+            return
+        route = self._router.current(self._client)
+        if route.writes_other:
+            self._calls.refuse_update(route)
 
     def put_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
         return self._write("put_row", table, row, *args, **kwargs)
@@ -199,10 +228,10 @@ class RoutedClient:
 class AsyncRoutedClient:
     """``RoutedClient`` for an ``AsyncOTSClient``."""
 
-    def __init__(self, client: Any, router: Router):
+    def __init__(self, client: Any, router: Router, model: str = ""):
         self._client = client
         self._router = router
-        self._calls = _Calls(router.table)
+        self._calls = _Calls(router.table, model)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -232,6 +261,14 @@ class AsyncRoutedClient:
                                                        *args, **kwargs)
         finally:
             self._router.inflight -= 1
+
+    async def refuse_update(self, table: str) -> None:
+        """``RoutedClient.refuse_update``, awaited."""
+        if table != self._router.table:
+            return
+        route = await self._router.acurrent(self._client)
+        if route.writes_other:
+            self._calls.refuse_update(route)
 
     async def put_row(self, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
         return await self._write("put_row", table, row, *args, **kwargs)
@@ -285,4 +322,6 @@ def routed(codec: Any, client: Any, *, asynchronous: bool = False) -> Any:
     if codec.family is not None or isinstance(client, (RoutedClient, AsyncRoutedClient)):
         return client
     router = router_for(client, codec.table)
-    return AsyncRoutedClient(client, router) if asynchronous else RoutedClient(client, router)
+    if asynchronous:
+        return AsyncRoutedClient(client, router, codec.name)
+    return RoutedClient(client, router, codec.name)

@@ -11,6 +11,8 @@
   (``retry.SINGLE_ATTEMPT``); a repeat that fails its condition reads the row and succeeds when
   the row is as the write leaves it (put: these cells; update: its puts and deletes; delete:
   no row). An increment is not repeated after a lost answer: the timeout reaches the caller.
+- A table with ``allow_update=False`` takes no UpdateRow: an update of it is refused
+  (``UpdateNotAllowed``) before any request.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tsmigrate.service.errors import (
     ConditionFailed,
     RowError,
     RowValueError,
+    UpdateNotAllowed,
     VersionConflict,
 )
 
@@ -299,6 +302,16 @@ def update_row_cells(
     return cells
 
 
+def refuse_update(codec: ModelCodec, table: str) -> None:
+    """Refuse an update of the model's table when it has allow_update=False, before any
+    request (the service would answer with a bare OTSServiceError). This holds during a
+    rewrite too, whichever table takes the writes then: code written for a model without
+    updates must not come to rely on them before a switch. The routed client also refuses an
+    update going to the rewrite's other table when that one takes none (routed.py)."""
+    if not codec.allow_update:
+        raise UpdateNotAllowed(codec.name, table)
+
+
 def update_op(
     codec: ModelCodec, target: RowTarget, *, set: Mapping[str, Any] | None = None,
     delete: Iterable[str] | None = None, increment: Mapping[str, int] | None = None,
@@ -306,6 +319,7 @@ def update_op(
     retry: TsmigrateRetryPolicy = RETRY_POLICY,
 ) -> Op[None]:
     values, table, key = located(codec, target)
+    refuse_update(codec, table)
     cells = update_row_cells(codec, set, delete, increment)
     if not cells:
         raise RowValueError(

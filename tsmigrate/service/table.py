@@ -20,7 +20,7 @@ from tsmigrate.service.backoff import policy_for
 from tsmigrate.service.calls import Progress, run, stream
 from tsmigrate.service.codec import codec
 from tsmigrate.service.conditions import Condition
-from tsmigrate.service.routed import routed
+from tsmigrate.service.routed import RoutedClient, routed
 from tsmigrate.service.rows import Key
 
 M = TypeVar("M", bound=Model)
@@ -34,6 +34,8 @@ class Rows(Generic[M]):
         # While a rewrite moves the model's table, its phase decides which table takes the
         # writes (routing.py); ``routing=False`` always uses the model's own table.
         self.client = routed(self.codec, client) if routing else client
+        # A batch with updates asks the routed client first whether the table written takes them.
+        self.routed = isinstance(self.client, RoutedClient)
         # Retries of batch rows and of single-row writes, which repeat themselves rather than
         # leave it to the client's policy (tsmigrate.instance.retry's policy by default).
         self.retry = policy_for(retry)
@@ -76,7 +78,7 @@ class Rows(Generic[M]):
         progress: Progress | None = None,
     ) -> batch.BatchResult:
         return run(self.client, batch.write_op(self.codec, put, update, delete, self.retry,
-                                           progress=progress))
+                                           progress=progress, routed=self.routed))
 
     def batch_get(
         self, keys: Iterable[M | Mapping[str, Any] | Key], *, columns: Iterable[str] | None = None

@@ -22,6 +22,8 @@ class Translator:
         self.own_table, self.other_table = (
             (job.source.name, job.target.name) if own_is_source else (job.target.name, job.source.name)
         )
+        # The other table may refuse UpdateRow when this side's table takes it (routed.py).
+        self.other_allows_update = (job.target if own_is_source else job.source).options.allow_update
 
     def _values(self, pk: Sequence[tuple[str, Any]], cells: Sequence[Sequence[Any]], what: str) -> dict:
         try:
