@@ -97,4 +97,4 @@ def catch_up(client: Any) -> None:
         if runner.rewrite.phase == machine.READY:
             driver.catch_up(runner, driver.make_capture(client, runner.rewrite), driver.quiet)
         else:
-            driver._drain_reverse(client, runner, driver.quiet)
+            driver.drain_reverse(client, runner, driver.quiet)

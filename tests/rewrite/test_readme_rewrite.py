@@ -1,32 +1,14 @@
 """The README's rewrite example, copied from the README, plans a rewrite as the README says."""
 
-import re
 import subprocess
-from pathlib import Path
 
 import clirun
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-OLD = '''
-from tsmigrate import Column, Model, PrimaryKey
-
-
-class Reading(Model, table="readings", max_versions=3):
-    device = PrimaryKey(str)
-    ts = PrimaryKey(int)
-    region = Column(str)
-    seq = Column(int)
-'''
-
-
-def _readme_example() -> str:
-    section = README.read_text().split("### Changing a primary key: the rewrite", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+from shape_flow import readme_models
 
 
 def test_the_readme_rewrite_example_validates_and_plans_a_rewrite(tmp_path):
-    example = _readme_example()
+    OLD, example = readme_models()
+    assert "class Reading(" in OLD
     assert "class ReadingV2" in example
     # The new model alone: replaces= names a table no model declares any more.
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["new"]\n')

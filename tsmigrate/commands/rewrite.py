@@ -177,8 +177,11 @@ def _fence_report(event: str, data: dict[str, Any]) -> None:
               help="Seconds a service trusts the routing it read (default 2; kept for the rewrite).")
 @click.option("--accept-target-writes", is_flag=True,
               help="Switch even though rows of the new table were written directly before it.")
+@click.option("--no-revert", is_flag=True,
+              help="Switch without reverse capture: the old table stays as it is at the switch and "
+                   "revert is refused (required when the new model's rows cannot give the old key).")
 @reports_errors
-def switch(table, project, choice, lease_s, accept_target_writes):
+def switch(table, project, choice, lease_s, accept_target_writes, no_revert):
     """Make the new table the one services on the model API write: fence, drain, verify, switch."""
     from tsmigrate.rewrite import cutover, driver, machine
     from tsmigrate.rewrite.progress import next_step
@@ -189,7 +192,7 @@ def switch(table, project, choice, lease_s, accept_target_writes):
         with step, machine.Runner(client, rewrite.target, handover=True) as runner:
             done = cutover.switch(client, driver.spec_of(client, target.embedded), runner,
                                   lease_s=lease_s, accept_target_writes=accept_target_writes,
-                                  report=_fence_report)
+                                  no_revert=no_revert, report=_fence_report)
     _print_fence(done, "switched", next_step(done))
 
 

@@ -484,7 +484,7 @@ class Capture:
             try:
                 new_key, cells = (None, []) if row is None else self._target_of(source_key, row)
             except TsmigrateError as exc:
-                self._put_aside(source_key, str(exc))
+                self._put_aside(source_key, getattr(exc, "reason", None) or str(exc))
                 continue
             planned.append((source_key, change, cells, new_key))
             wanted += [*([new_key] if new_key else []), *change.olds]

@@ -24,8 +24,9 @@ phase names.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tsmigrate.instance.rawclient import RawClient
@@ -39,6 +40,7 @@ FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has 
 # A process's heartbeat is written at each read of the state: one older than its lease by more
 # than this (clocks of two hosts may disagree) belongs to a process that cannot write unseen.
 SKEW_S = 5.0
+CATCH_UP_S = 60.0  # the most reverse capture runs before a revert's fence (the rest drains under it)
 FENCE_LEASE_S = 15.0  # the runner's lease once the fence is up: a killed switch is taken over soon
 
 Report = Callable[[str, dict[str, Any]], None]
@@ -58,6 +60,18 @@ def enable_target_stream(client: Any, runner: machine.Runner, job: RewriteJob) -
     backward = transform.RowTransform.build(job.target, job.source)
     was = prepare.enable_stream(RawClient(client), job.target.name, sorted(backward.key_sources))
     runner.save(target_stream_was=was)
+
+
+def widen_source_deviation(client: Any, runner: machine.Runner, job: RewriteJob) -> None:
+    """The source's ``max_time_deviation`` widened for reverse capture, which writes cells with
+    their own timestamps into it (a whole row, into a table that takes no UpdateRow, or a row
+    that moved to another key): old cells must not be refused. Finish and abort put it back."""
+    if runner.rewrite.get("source_declared_deviation") is not None:
+        return
+    declared = job.source.options.max_time_deviation
+    runner.save(source_declared_deviation=declared)
+    prepare.set_deviation(client, job.source, max(prepare.wide_deviation(job.source, declared),
+                                                  prepare.wide_deviation(job.target, declared)))
 
 
 # --- the fence ---------------------------------------------------------------------------------
@@ -130,9 +144,23 @@ def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: C
             "unacknowledged": [f"{c.get('host')}:{c.get('pid')}" for c in pending]}
 
 
+def revert_problem(job: RewriteJob) -> str | None:
+    """Why rows services write to the target after the switch could not be carried back to the
+    source (None: they can): known from the two tables' declarations (``shapes``)."""
+    from tsmigrate.rewrite import shapes
+
+    return shapes.revert_problem(job.source, job.target, job.custom)
+
+
+ASKED_NO_REVERT = "switched with --no-revert"
+
+
 def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | None = None,
-           accept_target_writes: bool = False, report: Report) -> machine.Rewrite:
-    """Move the side of record to the target (see the module docstring)."""
+           accept_target_writes: bool = False, no_revert: bool = False,
+           report: Report) -> machine.Rewrite:
+    """Move the side of record to the target (see the module docstring). ``no_revert``: without
+    reverse capture (the source stays as it was at the switch, revert is refused), which a
+    rewrite whose new rows cannot give the old key (``revert_problem``) requires."""
     from tsmigrate.rewrite import driver
 
     rewrite = runner.rewrite
@@ -142,38 +170,97 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
     if rewrite.phase == machine.REVERTING:  # a killed revert: the target is still the side of record
         return _lower(client, runner, job, machine.SWITCHED, report)
     if rewrite.phase == machine.READY:
+        problem = revert_problem(job)
+        if problem and not no_revert:
+            raise machine.RewriteError(
+                f"switch refused: revert after switch is not possible: {problem}. "
+                f"`tsmigrate rewrite switch {job.target.name} --no-revert` switches without "
+                f"reverse capture: {job.source.name} stays as it is at the switch, revert is "
+                "refused, finish as usual"
+            )
         capture = driver.make_capture(client, rewrite)
         driver.catch_up(runner, capture, report)
+        refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
+        if refused is not None:
+            raise refused
         check_target(client, spec, runner, capture, accept_target_writes, report)
-        enable_target_stream(client, runner, job)
+        if not no_revert:
+            enable_target_stream(client, runner, job)
+            widen_source_deviation(client, runner, job)
         previous = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
         runner.save(phase=machine.SWITCHING, fence_ms=machine.now_ms(),
                     routing_lease_s=float(lease_s or previous), previous_lease_s=previous,
-                    fence_version=runner.rewrite.version + 1, error=None)
+                    fence_version=runner.rewrite.version + 1, error=None,
+                    no_revert=(problem or ASKED_NO_REVERT) if no_revert else None)
     elif rewrite.phase != machine.SWITCHING:
         raise driver.not_ready(rewrite, "switch needs phase ready")
     runner.lease_s = FENCE_LEASE_S
+    fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
+    with _lowered_on_failure(runner, machine.SWITCHING, machine.READY, "switch"):
+        return _switch_fenced(client, runner, job, fence_ms, report)
+
+
+def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_ms: int,
+                   report: Report) -> machine.Rewrite:
+    """The switch under its fence: wait for the clients, drain, verify, record ``switched``."""
+    from tsmigrate.rewrite import driver
+
     capture = driver.make_capture(client, runner.rewrite)
     changed = _recording(capture)
-    fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
     acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
     driver.catch_up(runner, capture, report)
+    refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
+    if refused is not None:
+        runner.save(phase=machine.READY, error=str(refused)[:2000], previous_lease_s=None,
+                    fence=_fence_down(fence_ms, machine.SOURCE))
+        raise refused
     differ = _verify_keys(client, job, changed)
     if differ:
-        runner.save(phase=machine.READY, error=f"switch: {len(differ)} row(s) differ after the fence")
+        runner.save(phase=machine.READY, error=f"switch: {len(differ)} row(s) differ after the fence",
+                    previous_lease_s=None, fence=_fence_down(fence_ms, machine.SOURCE))
         raise machine.RewriteError(
             f"switch: {len(differ)} row(s) of {job.target.name} differ from {job.source.name} after "
             f"capture drained (first: {'; '.join(differ[:5])}); writes go on to {job.source.name}. "
             f"`tsmigrate rewrite status {job.target.name}` shows the rewrite"
         )
-    enable_target_stream(client, runner, job)  # on since before the fence, unless that was lost
-    # A second switch goes on from where the revert drained reverse capture.
-    reverse = (runner.rewrite.get("reverse_capture")
-               or prepare.capture_start(RawClient(client), job.target.name))
+    reverse = None
+    if not runner.rewrite.get("no_revert"):
+        enable_target_stream(client, runner, job)  # on since before the fence, unless that was lost
+        # A second switch goes on from where the revert drained reverse capture.
+        reverse = (runner.rewrite.get("reverse_capture")
+                   or prepare.capture_start(RawClient(client), job.target.name))
     held_ms = machine.now_ms() - fence_ms
     return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,
                        fence={**acks, "held_ms": held_ms, "to": machine.TARGET},
                        previous_lease_s=None)
+
+
+def _fence_down(fence_ms: int, to: str) -> dict[str, Any]:
+    """The fence record of a fence lowered back where it came from."""
+    return {"to": to, "held_ms": machine.now_ms() - fence_ms, "acknowledged": 0,
+            "unacknowledged": [], "lowered_after_failure": True}
+
+
+@contextlib.contextmanager
+def _lowered_on_failure(runner: machine.Runner, fenced: str, back: str, command: str) -> Iterator[None]:
+    """A fence is lowered by the command that raised it when that command fails: back to the
+    side of record before it (``back``), where nothing was written meanwhile (services held),
+    so an error never holds every service's writes. A kill leaves the fence for the next
+    command, and a rewrite another process took over is that process's."""
+    try:
+        yield
+    except (machine.RewriteConflict, machine.Interrupted):
+        raise
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            current = machine.refresh(runner.client, runner.rewrite)
+            if current.phase == fenced:
+                runner.rewrite = current
+                fence_ms = int(current.get("fence_ms") or machine.now_ms())
+                side = machine.SOURCE if back == machine.READY else machine.TARGET
+                runner.save(phase=back, previous_lease_s=None, fence=_fence_down(fence_ms, side),
+                            error=f"{command} failed under the fence, which was lowered: {exc}"[:2000])
+        raise
 
 
 def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Rewrite:
@@ -188,6 +275,19 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
                            fence={"to": machine.SOURCE, "held_ms": held_ms, "acknowledged": 0,
                                   "unacknowledged": []})
     if rewrite.phase == machine.SWITCHED:
+        reason = rewrite.get("no_revert")
+        if reason:
+            raise machine.RewriteError(
+                f"revert is not possible: {reason}; reverse capture was off since the switch, so "
+                f"{rewrite.source} lacks every write made since. "
+                f"`tsmigrate rewrite finish {rewrite.target}` ends the rewrite on {rewrite.target}"
+            )
+        # Reverse capture catches up before the fence (a shorter fence), and what it set aside
+        # refuses the revert before any write is held.
+        driver.drain_reverse(client, runner, driver.quiet, time.monotonic() + CATCH_UP_S)
+        refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "revert refused")
+        if refused is not None:
+            raise refused
         runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(),
                     fence_version=runner.rewrite.version + 1)
     elif rewrite.phase != machine.REVERTING:
@@ -200,8 +300,14 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
 
 def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
            report: Report) -> machine.Rewrite:
-    """Lower a revert's fence: to ``ready`` (finish it) or back to ``switched`` (undo it)."""
+    """Lower a revert's fence: to ``ready`` (finish it) or back to ``switched`` (undo it).
+    Failing, it goes back to ``switched``: the target is still the side of record."""
     runner.lease_s = FENCE_LEASE_S
+    with _lowered_on_failure(runner, machine.REVERTING, machine.SWITCHED, "revert"):
+        return _lower_fenced(client, runner, to, report)
+
+
+def _lower_fenced(client: Any, runner: machine.Runner, to: str, report: Report) -> machine.Rewrite:
     capture = make_reverse_capture(client, runner.rewrite)
     fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
     acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
@@ -212,6 +318,11 @@ def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
             break
     held_ms = machine.now_ms() - fence_ms
     fence = {**acks, "held_ms": held_ms, "to": machine.SOURCE if to == machine.READY else machine.TARGET}
+    refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "revert refused")
+    if to == machine.READY and refused is not None:
+        runner.save(phase=machine.SWITCHED, fence={**fence, "to": machine.TARGET},
+                    previous_lease_s=None, error=str(refused)[:2000])
+        raise refused
     if to == machine.READY:
         # The source changed under reverse capture: verification reads every split again.
         return runner.save(phase=machine.READY, touched_splits=None, reverted_ms=machine.now_ms(),

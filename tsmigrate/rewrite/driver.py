@@ -411,6 +411,8 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
         phase = runner.rewrite.phase
         if phase == machine.READY:
             _follow(runner, make_capture(client, runner.rewrite), _save_capture, over, report)
+        elif phase == machine.SWITCHED and runner.rewrite.get("no_revert"):
+            _idle(runner, over)  # reverse capture is off: nothing to carry, wait for the next command
         elif phase == machine.SWITCHED:
             _follow(runner, reverse.make_reverse_capture(client, runner.rewrite), reverse.save_reverse,
                     over, report)
@@ -464,6 +466,17 @@ def _follow(runner: machine.Runner, capture: capture_mod.Capture,
             save(runner, capture)
 
 
+def _idle(runner: machine.Runner, over: Callable[[], bool]) -> None:
+    """Hold the rewrite without capturing until ``over()`` or another command wants it."""
+    phase = runner.rewrite.phase
+    while not over():
+        time.sleep(min(SAVE_EVERY_S, CAPTURE_IDLE_S * 5))
+        with contextlib.suppress(machine.RewriteError):
+            runner.save()  # keeps the lease, and reads what other commands asked
+        if runner.handover_requested or runner.rewrite.phase != phase:
+            return
+
+
 def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
     """A command that needs phase ready: say which phase it is in and what gets it on."""
     if rewrite.phase == machine.FAILED:
@@ -515,10 +528,16 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     came_from = runner.rewrite.get("finish_from") or machine.READY
     job = job_of(runner.rewrite)
     try:
-        if came_from == machine.SWITCHED:
-            _drain_reverse(client, runner, report)
-        else:
+        if came_from == machine.SWITCHED and not runner.rewrite.get("no_revert"):
+            drain_reverse(client, runner, report)
+            refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "finish refused")
+        elif came_from == machine.READY:
             _verify_forced(client, spec, runner, accept_target_writes, report)
+            refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "finish refused")
+        else:
+            refused = None  # switched with --no-revert: the old table stays as it was at the switch
+        if refused is not None:
+            raise refused
     except Exception as exc:
         with contextlib.suppress(Exception):
             runner.save(phase=came_from, error=str(exc)[:2000])
@@ -531,6 +550,7 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     source_exists = job.source.name in client.list_table()
     if was is not None and source_exists and not allow_destructive:
         prepare.restore_stream(raw, job.source.name, was)
+    restore_source_deviation(client, runner.rewrite, job, source_exists and not allow_destructive)
     target_was = runner.rewrite.get("target_stream_was")
     if target_was is not None:
         prepare.restore_stream(raw, job.target.name, target_was)
@@ -544,8 +564,10 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     return done
 
 
-def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
-    """Apply the target's last changes to the old table, which readers may still read."""
+def drain_reverse(client: Any, runner: machine.Runner, report: Report,
+                   deadline: float | None = None) -> None:
+    """Apply the target's last changes to the old table, which readers may still read (until
+    the stream is drained, or ``deadline``, a ``time.monotonic()``)."""
     from tsmigrate.rewrite import reverse
 
     capture = reverse.make_reverse_capture(client, runner.rewrite)
@@ -553,7 +575,7 @@ def _drain_reverse(client: Any, runner: machine.Runner, report: Report) -> None:
         capture.step()
         reverse.save_reverse(runner, capture)
         report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
-        if capture.stats.caught_up:
+        if capture.stats.caught_up or (deadline is not None and time.monotonic() > deadline):
             return
 
 
@@ -572,6 +594,14 @@ def _verify_forced(client: Any, spec: ConnectionSpec, runner: machine.Runner,
             "became ready (not by capture). If services wrote the new table on purpose, "
             "`finish --force --accept-target-writes` keeps them; otherwise find the writer"
         )
+
+
+def restore_source_deviation(client: Any, rewrite: machine.Rewrite, job: RewriteJob,
+                             source_exists: bool) -> None:
+    """Put back the source's max_time_deviation that the switch widened for reverse capture."""
+    declared = rewrite.get("source_declared_deviation")
+    if declared is not None and source_exists:
+        prepare.set_deviation(client, job.source, int(declared))
 
 
 def drop_table(client: Any, name: str) -> None:
@@ -597,8 +627,10 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
         with contextlib.suppress(ts.OTSServiceError):
             drop_table(client, job.target.name)
     was = rewrite.get("stream_was")
-    if was is not None and job.source.name in client.list_table():
+    source_exists = job.source.name in client.list_table()
+    if was is not None and source_exists:
         prepare.restore_stream(RawClient(client), job.source.name, was)
+    restore_source_deviation(client, rewrite, job, source_exists)
     from tsmigrate.rewrite import checkpoints, reverse
 
     checkpoints.clear(client, job.id)

@@ -151,6 +151,34 @@ class Rewrite:
                 "version": self.version, **self.doc}
 
 
+# The two captures' positions, each with the rows it set aside (``Capture.set_aside``)
+FORWARD, REVERSE = "capture", "reverse_capture"
+
+
+def set_aside(rewrite: Rewrite, which: str = FORWARD) -> dict[str, dict[str, Any]]:
+    """The rows capture (``FORWARD``) or reverse capture (``REVERSE``) could not carry, by
+    source key: {"reason", "at_ms"}."""
+    return dict((rewrite.get(which) or {}).get("set_aside") or {})
+
+
+def set_aside_error(rewrite: Rewrite, which: str, refused: str) -> RewriteError | None:
+    """The refusal of ``refused`` (a sentence's start) while rows are set aside, naming them,
+    or None when none is."""
+    rows = set_aside(rewrite, which)
+    if not rows:
+        return None
+    into, table = ((rewrite.target, rewrite.source) if which == FORWARD
+                   else (rewrite.source, rewrite.target))
+    named = "; ".join(f"{key}: {row.get('reason', '')}" for key, row in list(rows.items())[:5])
+    more = f" (and {len(rows) - 5} more)" if len(rows) > 5 else ""
+    return RewriteError(
+        f"{refused}: {len(rows)} row(s) of {table} could not be carried into {into} and are set "
+        f"aside{more}: {named}. Fix or delete each in {table} (the next change of a row takes it "
+        f"off the list once it can be carried); `tsmigrate rewrite status {rewrite.target}` "
+        "lists them"
+    )
+
+
 def _key(target: str) -> list[tuple[str, Any]]:
     return [("kind", KIND), ("id", target)]
 
@@ -160,14 +188,15 @@ def _key(target: str) -> list[tuple[str, Any]]:
 _NUMBER = (int, float)
 _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "job": (str,), "key_change": (str,), "error": (str,), "wants_runner": (str,),
-    "resume_to": (str,), "finish_from": (str,),
+    "resume_to": (str,), "finish_from": (str,), "no_revert": (str,),
     "runner": (dict,), "estimate": (dict,), "backfill": (dict,), "verification": (dict,),
     "capture": (dict,), "capture_stats": (dict,), "fence": (dict,), "stream_was": (dict,),
     "target_stream_was": (dict,), "reverse_capture": (dict,),
     "touched_splits": (list,),
     "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
     "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
-    "declared_deviation": _NUMBER, "backfill_started_ms": _NUMBER,
+    "declared_deviation": _NUMBER, "source_declared_deviation": _NUMBER,
+    "backfill_started_ms": _NUMBER,
 }
 _TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "a number"}
 

@@ -38,8 +38,15 @@ NEXT_STEP = {
 }
 
 
+NO_REVERT_SWITCHED = ("watch the services (revert is not possible: switched with --no-revert); "
+                      "`tsmigrate rewrite finish {t}` ends the rewrite")
+
+
 def next_step(rewrite: machine.Rewrite) -> str:
-    return NEXT_STEP[rewrite.phase].format(t=rewrite.target, s=rewrite.source)
+    text = NEXT_STEP[rewrite.phase]
+    if rewrite.phase == machine.SWITCHED and rewrite.get("no_revert"):
+        text = NO_REVERT_SWITCHED
+    return text.format(t=rewrite.target, s=rewrite.source)
 
 
 def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
@@ -98,6 +105,11 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         "updated": _when(rewrite.get("updated_ms")),
         "side": rewrite.side,
         "fence": rewrite.get("fence"),
+        "revert": {"possible": not rewrite.get("no_revert"), "reason": rewrite.get("no_revert")},
+        "reverse_capture": (None if rewrite.get("reverse_capture") is None
+                            else {"stats": rewrite.get("reverse_stats") or {}}),
+        "set_aside": {"capture": machine.set_aside(rewrite, machine.FORWARD),
+                      "reverse_capture": machine.set_aside(rewrite, machine.REVERSE)},
         "clients": _clients(client, rewrite),
         "next": next_step(rewrite),
     }
@@ -193,6 +205,15 @@ def status_text(data: dict[str, Any]) -> str:
     if data["collisions"]:
         lines.append(f"  collisions: {len(data['collisions'])}")
         lines += [f"    {c}" for c in data["collisions"]]
+    for which, label in (("capture", "capture"), ("reverse_capture", "reverse capture")):
+        rows = (data.get("set_aside") or {}).get(which) or {}
+        if rows:
+            lines.append(f"  set aside by {label}: {len(rows)} row(s) it could not carry "
+                         "(switch and finish refuse until each is fixed)")
+            lines += [f"    {key}: {row.get('reason', '')}" for key, row in list(rows.items())[:20]]
+    revert = data.get("revert") or {}
+    if not revert.get("possible", True):
+        lines.append(f"  revert: not possible ({revert.get('reason')}); reverse capture off")
     lines.append(f"  writes of the model API go to: {_side_text(data)}")
     fence = data.get("fence")
     if fence:
