@@ -370,3 +370,30 @@ def test_a_switch_killed_on_another_host_is_taken_over_once_its_short_lease_runs
     switched = _switch(client)
     assert switched.phase == machine.SWITCHED
     assert 1.0 < time.monotonic() - started < cutover.FENCE_LEASE_S  # waited out, not refused
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["switch", "revert"])
+def test_a_command_that_fails_under_its_fence_lowers_it(ready, monkeypatch, command):
+    """An error with the fence up never holds every service's writes: the command that raised
+    the fence lowers it back to the side of record before it, where nothing was written."""
+    client = ready
+    if command == "revert":
+        assert _switch(client).phase == machine.SWITCHED
+        target, back = "make_reverse_capture", machine.SWITCHED
+    else:
+        target, back = "_recording", machine.READY
+
+    def broken(*args, **kwargs):
+        assert machine.load(client, CounterV2.table_name()).side == machine.HOLD  # the fence is up
+        raise RuntimeError("the stream could not be read")
+
+    monkeypatch.setattr(cutover, target, broken)
+    with pytest.raises(RuntimeError):
+        (_switch if command == "switch" else _revert)(client)
+    rewrite = machine.load(client, CounterV2.table_name())
+    assert rewrite.phase == back and rewrite.side != machine.HOLD
+    assert "failed under the fence, which was lowered" in rewrite.get("error")
+    assert rewrite.get("fence")["lowered_after_failure"] is True
+    routing.clear()
+    Rows(Counter, client).put(Counter(device="d1", seq=900, count=1))  # not held

@@ -1,12 +1,15 @@
 """Every table shape Tablestore allows can be rewritten and cut over through the commands, with
 services on both models writing throughout: a TTL with a global index (so ``allow_update=False``)
 on both tables, on the old one only, on the new one only (both keep the same TTL); a search index
-with a TTL; a table keeping 3 versions; the README's example, with and without a way back. Every acknowledged write is in the final table."""
+with a TTL; a table keeping 3 versions; the README's example, with and without a way back. Every
+acknowledged write is in the final table."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import clirun
 import pytest
 import shape_flow as sf
 
@@ -205,6 +208,11 @@ def test_a_row_reverse_capture_cannot_carry_is_set_aside_named_and_blocks_until_
     named = "(key='raw,00000007', region='eu')"
     status = sf.command(tmp_path, ots_instance, "rewrite", "status", "readings_by_seq")
     assert "set aside by reverse capture: 1 row(s)" in status and named in status and "'ts'" in status
+    as_json = clirun.run_on(tmp_path, ots_instance, "rewrite", "status", "readings_by_seq",
+                            "--format", "json")
+    data = json.loads(as_json.stdout)
+    assert list(data["set_aside"]["reverse_capture"]) == [named] and not data["set_aside"]["capture"]
+    assert data["revert"] == {"possible": True, "reason": None}
     for command in ("finish", "revert"):
         refused = sf.command(tmp_path, ots_instance, "rewrite", command, "readings_by_seq", expect=1)
         assert "set aside" in refused and named in refused, refused
