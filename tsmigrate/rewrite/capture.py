@@ -18,6 +18,12 @@ unless the source changed it later (see ``Change`` and ``Capture.sync``):
 - a row that came to its target key (new, or its key changed) gets every source cell; fields of
   the old key kept as target attributes follow the source row's newest cell.
 
+A target that takes no UpdateRow (``allow_update=False``) gets the merged row whole instead
+(PutRow of every version it keeps, or DeleteRow), guarded by the row as read: a write that landed
+in between refuses it, and the key is read and merged again (``_write_whole``, ``_guard``). A row
+that cannot be carried at all is set aside (``set_aside``, saved with the position) and capture
+goes on; the cut-over commands refuse while any is.
+
 Cells pass through as bytes: records, source rows and target rows are read as PlainBuffer
 (``RawClient.stream_record_bytes``, BatchGetRow through ``RawClient``), a cell is compared by its
 encoded bytes and written into the target's UpdateRow as it came (name, value, timestamp and
