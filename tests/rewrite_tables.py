@@ -265,3 +265,30 @@ def copy_split_stalling(marker: str, spec: ConnectionSpec, job: RewriteJob, spli
 def stalled_pid(marker: Path) -> int | None:
     """The pid ``copy_split_stalling`` stalled in, once it has."""
     return int(marker.read_text()) if marker.exists() else None
+
+
+def ready_capture(ots_instance: Any, target: Table, rows: int = 40) -> tuple[Any, Any]:
+    """A rewrite of ``rows`` readings into ``target`` (which replaces ``readings``), ready: the
+    instance's client and a capture from where the rewrite is."""
+    from tsmigrate.instance.apply import ApplyOptions, apply
+    from tsmigrate.rewrite import driver, machine
+    from tsmigrate.rewrite.planned import RewriteSettings
+    from tsmigrate.schema import Catalog
+
+    client = ots_instance.client()
+    apply(client, Catalog([SOURCE]), target_identity="local:test")
+    fill(client, rows)
+    settings = RewriteSettings(options=driver.RunOptions(workers=2))
+    outcome = apply(client, Catalog([target]), ApplyOptions(rewrite=settings),
+                    target_identity="local:test")
+    assert [r.phase for r in outcome.rewrites] == [machine.READY]
+    return client, driver.make_capture(client, machine.load(client, target.name))
+
+
+def drain(follower: Any) -> None:
+    """Step ``follower`` (a Capture) until it caught up."""
+    for _ in range(200):
+        follower.step()
+        if follower.stats.caught_up:
+            return
+    raise AssertionError("capture did not catch up")

@@ -16,14 +16,12 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 
-from tsmigrate.instance.apply import ApplyOptions, apply
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local.plainbuffer import decode_row, encode_cell
 from tsmigrate.rewrite import capture, driver, machine, writer
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.rewrite.rowbytes import cell_value
 from tsmigrate.rewrite.transform import RowTransform
-from tsmigrate.schema import Catalog
 
 IDENTITY = "local:test"
 TARGET = attrs.evolve(rt.TARGET, replaces=rt.SOURCE.name)
@@ -37,21 +35,10 @@ def _now() -> int:
 
 
 def _ready(ots_instance, target=TARGET, rows: int = 40):
-    """A rewrite of ``rows`` readings into ``target``, ready, and a capture from where it is."""
-    client = ots_instance.client()
-    apply(client, Catalog([rt.SOURCE]), target_identity=IDENTITY)
-    rt.fill(client, rows)
-    outcome = apply(client, Catalog([target]), ApplyOptions(rewrite=SETTINGS), target_identity=IDENTITY)
-    assert [r.phase for r in outcome.rewrites] == [machine.READY]
-    return client, driver.make_capture(client, machine.load(client, target.name))
+    return rt.ready_capture(ots_instance, target, rows)
 
 
-def _drain(follower: capture.Capture) -> None:
-    for _ in range(200):
-        follower.step()
-        if follower.stats.caught_up:
-            return
-    raise AssertionError("capture did not catch up")
+_drain = rt.drain
 
 
 def _source_key(i: int) -> list:

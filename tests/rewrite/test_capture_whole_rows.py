@@ -15,10 +15,8 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.instance.apply import ApplyOptions, apply
 from tsmigrate.rewrite import capture, driver, machine, transform, writer
 from tsmigrate.rewrite.planned import RewriteSettings
-from tsmigrate.schema import Catalog
 
 IDENTITY = "local:test"
 NO_UPDATE = attrs.evolve(rt.TARGET.options, allow_update=False)
@@ -27,21 +25,11 @@ SETTINGS = RewriteSettings(options=driver.RunOptions(workers=2))
 IGNORE = ts.Condition("IGNORE")
 
 
-def _ready(ots_instance, rows: int = 12):
-    client = ots_instance.client()
-    apply(client, Catalog([rt.SOURCE]), target_identity=IDENTITY)
-    rt.fill(client, rows)
-    outcome = apply(client, Catalog([TARGET]), ApplyOptions(rewrite=SETTINGS), target_identity=IDENTITY)
-    assert [r.phase for r in outcome.rewrites] == [machine.READY]
-    return client, driver.make_capture(client, machine.load(client, TARGET.name))
+def _ready(ots_instance, target=TARGET, rows: int = 40):
+    return rt.ready_capture(ots_instance, target, rows)
 
 
-def _drain(follower: capture.Capture) -> None:
-    for _ in range(200):
-        follower.step()
-        if follower.stats.caught_up:
-            return
-    raise AssertionError("capture did not catch up")
+_drain = rt.drain
 
 
 def _target_key(client, i: int) -> list:
