@@ -508,10 +508,23 @@ class RewriteTable(Step):
     # What services on the model API must give while the other table takes their writes
     # (plan.routing_note); empty when each model's key gives the other table's key.
     routing: str = attrs.field(default="", eq=False)
+    # Why rows written to the new table after the switch cannot be carried back to the old one
+    # (``tsmigrate.rewrite.shapes.revert_problem``); empty when they can.
+    revert: str = attrs.field(default="", eq=False)
 
     @property
     def risk(self) -> str:
         return DATA_COPY
+
+    @property
+    def revert_note(self) -> str:
+        """The line plan shows when revert after the switch is not possible, else empty."""
+        return f"revert after switch is not possible: {self.revert}" if self.revert else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["args"]["revert"] = {"possible": not self.revert, "reason": self.revert or None}
+        return data
 
     @property
     def reason(self) -> str:

@@ -25,6 +25,7 @@ import attrs
 from tsmigrate.errors import Problem, SchemaError
 from tsmigrate.planning import ops
 from tsmigrate.planning.familyplan import expand_declared_families
+from tsmigrate.rewrite import shapes
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,
@@ -410,7 +411,9 @@ def make_plan(
 ) -> Plan:
     """The steps that take ``live`` to ``target``. Raises SchemaError for a change Tablestore
     cannot make: a primary key changed under the same table name, a name the instance already
-    uses, more tables than the instance quota (``bookkeeping``: see ``instance_problems``).
+    uses, more tables than the instance quota (``bookkeeping``: see ``instance_problems``); and
+    RewriteShapeError (a SchemaError) for a rewrite whose two tables the copy, verification or
+    cut-over cannot work with (``tsmigrate.rewrite.shapes.problems``).
 
     A table that a declared table ``replaces`` is never dropped, even when pruning, until its
     rewrite has finished: ``finished_rewrites`` names the replaced tables whose rewrite did
@@ -424,6 +427,8 @@ def make_plan(
     live_tables = {t.name: t for t in live.tables}
     steps: list[ops.Step] = []
     problems: list[Problem] = []
+    # What a rewrite and its cut-over need of the two tables (tsmigrate.rewrite.shapes)
+    rewrite_problems: list[Problem] = []
     replaced_by = {t.replaces: t.name for t in target.tables if t.replaces}
 
     for table in target.tables:
@@ -451,9 +456,13 @@ def make_plan(
         if source is not None:
             change = key_change(source, table) or "the table gets a new name"
             steps.append(ops.RewriteTable(table.name, source.name, change,
-                                          routing=routing_note(source, table)))
+                                          routing=routing_note(source, table),
+                                          revert=shapes.revert_problem(source, table) or ""))
+            rewrite_problems += shapes.problems(source, table)
     if problems:
-        raise SchemaError(problems)
+        raise SchemaError([*problems, *rewrite_problems])
+    if rewrite_problems:
+        raise shapes.RewriteShapeError(rewrite_problems)
 
     steps.extend(families.retire)
     undeclared = []

@@ -85,6 +85,8 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
             lines.append(f"{symbol} {number:>2}. {_escape(step.summary(), colour)}  [{risk}]")
             if step.reason:
                 lines.append(f"         {paint(_escape(step.reason, colour), 'dim')}")
+            if _revert_note(step):  # a fact to decide on before the switch, not a detail
+                lines.append(f"         {paint('! ' + _escape(_revert_note(step), colour), 'yellow')}")
     if plan.rewrites:
         lines.append("")
         lines.append(_escape(_REWRITES_AHEAD.replace("`", ""), colour))
@@ -104,6 +106,10 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
         )
     lines.append("")
     return "\n".join(lines) + "\n" + findings_text(findings, colour=colour)
+
+
+def _revert_note(step: ops.Step) -> str:
+    return step.revert_note if isinstance(step, ops.RewriteTable) else ""
 
 
 def _escape(text: str, colour: bool) -> str:
@@ -126,6 +132,8 @@ def plan_markdown(
             risk = f"**{step.risk}**" if step.risk != ops.SAFE else step.risk
             summary = step.summary().replace("|", "\\|")
             reason = step.reason.replace("|", "\\|")
+            if _revert_note(step):
+                reason += " **" + _revert_note(step).replace("|", "\\|") + "**"
             lines.append(f"| {number} | `{step.symbol}` | {summary} | {risk} | {reason} |")
     if plan.rewrites:
         lines.append("")

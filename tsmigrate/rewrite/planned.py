@@ -18,7 +18,7 @@ import attrs
 
 from tsmigrate.planning import ops
 from tsmigrate.planning.plan import RewriteAhead
-from tsmigrate.rewrite import driver, machine, prepare
+from tsmigrate.rewrite import driver, machine, prepare, shapes
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import Catalog, StreamSpec
 
@@ -99,6 +99,9 @@ def upcoming(client: Any, live: Catalog, models: Catalog) -> list[RewriteAhead]:
         if table.replaces and live.table(table.replaces) and live.table(table.name):
             target = live.table(table.name)
             assert target is not None
+            # What plan checks of a rewrite step, for one apply starts without a step (the
+            # declared options: the plan's steps bring the table to them before the rewrite).
+            shapes.check(live.table(table.replaces), table)  # type: ignore[arg-type]
             if prepare.target_has_rows(client, table.name, target.primary_key_names):
                 raise prepare.TargetNotEmpty(
                     f"table {table.name} already exists with rows that no rewrite of "

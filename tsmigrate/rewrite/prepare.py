@@ -1,5 +1,8 @@
 """Prepare a rewrite: everything that must be true before the first row is copied.
 
+0. The two tables' live options are checked against what the rewrite and its cut-over need
+   (``shapes.problems``, as plan checked the models): a table changed by hand since stops the
+   rewrite here, with the fix, before anything is written.
 1. The transform is tried on a sample of source rows (read calls only): a row it cannot map
    stops the rewrite here, naming the source key, before anything is written. The sample's
    read-and-transform rate projects how long the copy and verification take: a rewrite that
@@ -146,6 +149,19 @@ def check_stream_window(raw: RawClient, job: RewriteJob, kept: Sequence[Split], 
                       f"table with tsmigrate rewrite abort {job.target.name}")
 
 
+def live_options(raw: RawClient, table: Table) -> Table:
+    """``table`` with the options the service has for it now (changed by hand, perhaps)."""
+    return attrs.evolve(table, options=adapter.ir_table(raw.describe_table(table.name), []).options)
+
+
+def check_live_shapes(raw: RawClient, job: RewriteJob) -> None:
+    """Raise shapes.RewriteShapeError when the two tables' live options (what plan checked in
+    the models, or changed by hand since) are ones the rewrite cannot work with. Read calls only."""
+    from tsmigrate.rewrite import shapes
+
+    shapes.check(live_options(raw, job.source), live_options(raw, job.target), job.custom)
+
+
 def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: RewriteJob,
             workers: int = 1) -> None:
     """Run the prepare phase (each step is safe to run again after a crash), then move the
@@ -153,9 +169,10 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
     from tsmigrate.rewrite import copy, splits, transform
 
     rewrite = runner.rewrite
+    raw = RawClient(client)
+    check_live_shapes(raw, job)
     kept = splits.plan(client, job.id, job.source, workers)  # the job's ranges, kept once
     sampled = copy.sample(spec, job, SAMPLE_ROWS, client=client, ranges=kept)
-    raw = RawClient(client)
     check_stream_window(raw, job, kept, sampled, workers)
     if not rewrite.get("target_checked"):
         if target_has_rows(client, job.target.name, job.target.primary_key_names):
