@@ -43,10 +43,13 @@ def mask_live(client: Any, live: Catalog) -> Catalog:
     for rewrite in machine.all_rewrites(client):
         if not rewrite.active:
             continue
-        declared = rewrite.get("declared_deviation")
-        if declared is not None:
-            changes.setdefault(rewrite.target, []).append(lambda t, d=declared: attrs.evolve(
-                t, options=attrs.evolve(t.options, max_time_deviation=int(d))))
+        # The deviations prepare (target) and switch (source, for reverse capture) widened.
+        for table, key in ((rewrite.target, "declared_deviation"),
+                           (rewrite.source, "source_declared_deviation")):
+            declared = rewrite.get(key)
+            if declared is not None:
+                changes.setdefault(table, []).append(lambda t, d=declared: attrs.evolve(
+                    t, options=attrs.evolve(t.options, max_time_deviation=int(d))))
         # The streams prepare (source) and switch (target, for reverse capture) turned on.
         for table, key in ((rewrite.source, "stream_was"), (rewrite.target, "target_stream_was")):
             was = rewrite.get(key)
