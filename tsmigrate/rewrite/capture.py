@@ -250,7 +250,6 @@ class Stats:
     moved: int = 0
     last_record_ms: int = 0
     caught_up: bool = False
-    set_aside: int = 0  # rows capture could not carry (``Capture.set_aside``)
     guard_retries: int = 0  # whole-row writes read and merged again: the row changed meanwhile
 
 
@@ -298,7 +297,7 @@ class Capture:
         self.whole_rows = not job.target.options.allow_update
         self._declared = sorted({c.name for c in (*job.target.defined_columns,
                                                   *job.target.attributes)})
-        self.stats = Stats(set_aside=len(self.set_aside))
+        self.stats = Stats()
 
     # -- the position ----------------------------------------------------------------------------
 
@@ -513,7 +512,6 @@ class Capture:
                 again[source_key] = change
             else:
                 self.set_aside.pop(format_key(source_key), None)
-        self.stats.set_aside = len(self.set_aside)
         return again
 
     def _put_aside(self, source_key: Key, reason: str) -> None:
@@ -521,7 +519,6 @@ class Capture:
         shows it and switch and finish refuse until it is fixed (a later change of the row that
         can be carried takes it off the list)."""
         self.set_aside[format_key(source_key)] = {"reason": reason[:500], "at_ms": int(time.time() * 1000)}
-        self.stats.set_aside = len(self.set_aside)
 
     def _target_of(self, source_key: Key, row: RawRow) -> tuple[Key, list[RawCell]]:
         """The target key and cells of a source row (``RowTransform.apply`` on encoded cells):

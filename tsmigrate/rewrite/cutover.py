@@ -168,7 +168,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
     if rewrite.phase == machine.SWITCHED:
         return rewrite
     if rewrite.phase == machine.REVERTING:  # a killed revert: the target is still the side of record
-        return _lower(client, runner, job, machine.SWITCHED, report)
+        return _lower(client, runner, machine.SWITCHED, report)
     if rewrite.phase == machine.READY:
         problem = revert_problem(job)
         if problem and not no_revert:
@@ -268,7 +268,6 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
     from tsmigrate.rewrite import driver
 
     rewrite = runner.rewrite
-    job = driver.job_of(rewrite)
     if rewrite.phase == machine.SWITCHING:  # a killed switch: nothing was written to the target
         held_ms = machine.now_ms() - int(rewrite.get("fence_ms") or machine.now_ms())
         return runner.save(phase=machine.READY, previous_lease_s=None,
@@ -284,7 +283,7 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
             )
         # Reverse capture catches up before the fence (a shorter fence), and what it set aside
         # refuses the revert before any write is held.
-        driver.drain_reverse(client, runner, driver.quiet, time.monotonic() + CATCH_UP_S)
+        driver.drain_reverse(client, runner, report, time.monotonic() + CATCH_UP_S)
         refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "revert refused")
         if refused is not None:
             raise refused
@@ -295,11 +294,10 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
             f"the rewrite into {rewrite.target} is {rewrite.phase}; revert needs phase switched "
             "(before finish)"
         )
-    return _lower(client, runner, job, machine.READY, report)
+    return _lower(client, runner, machine.READY, report)
 
 
-def _lower(client: Any, runner: machine.Runner, job: RewriteJob, to: str,
-           report: Report) -> machine.Rewrite:
+def _lower(client: Any, runner: machine.Runner, to: str, report: Report) -> machine.Rewrite:
     """Lower a revert's fence: to ``ready`` (finish it) or back to ``switched`` (undo it).
     Failing, it goes back to ``switched``: the target is still the side of record."""
     runner.lease_s = FENCE_LEASE_S

@@ -209,7 +209,7 @@ def status_text(data: dict[str, Any]) -> str:
         rows = (data.get("set_aside") or {}).get(which) or {}
         if rows:
             lines.append(f"  set aside by {label}: {len(rows)} row(s) it could not carry "
-                         "(switch and finish refuse until each is fixed)")
+                         "(switch, revert and finish refuse until each is fixed)")
             lines += [f"    {key}: {row.get('reason', '')}" for key, row in list(rows.items())[:20]]
     revert = data.get("revert") or {}
     if not revert.get("possible", True):

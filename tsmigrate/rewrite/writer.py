@@ -153,18 +153,25 @@ class BatchWriter:
             return
         _wait_all([self._pool.submit(self._send, kind, batch) for batch in batches])
 
-    def _send(self, kind: int, rows: list[bytes]) -> None:
+    def _send(self, kind: int, rows: list[bytes], conditions: Sequence[bytes] | None = None) -> list[int]:
+        """Write one request's ``rows``, sending again those that failed with a retryable error.
+        ``conditions``: an encoded condition per row (``row_condition``; None: IGNORE each).
+        Returns the positions (in ``rows``) of the rows whose condition did not hold: nothing
+        was written for them."""
         self.limiter.acquire(len(rows))
-        pending = rows
+        pending, pending_conditions = rows, conditions
+        positions: Sequence[int] = range(len(rows))  # of the pending rows, in ``rows``
+        unmet: list[int] = []
         attempt = 0
         while True:
-            failed, error = self._request(kind, pending)
+            failed, error, refused = self._request(kind, pending, pending_conditions)
+            unmet += [positions[i] for i in refused]
             if not failed or error is None:
                 with self._stats_lock:
                     self.stats.rows += len(rows)
-                return
+                return sorted(unmet)
             if attempt >= self.policy.max_retries:
-                key = format_key(decode_row(failed[0]).primary_key)
+                key = format_key(decode_row(pending[failed[0]]).primary_key)
                 raise WriteError(
                     f"{len(failed)} rows could not be written to {self.table!r} after {attempt + 1} "
                     f"attempts, first {key}: {error.code} {error.message}; run the rewrite again to "
@@ -174,78 +181,54 @@ class BatchWriter:
                 self.stats.retried_rows += len(failed)
             time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
             attempt += 1
-            pending = failed
+            positions = [positions[i] for i in failed]
+            pending = [pending[i] for i in failed]
+            if pending_conditions is not None:
+                pending_conditions = [pending_conditions[i] for i in failed]
 
     def write_guarded(self, kind: int, rows: Sequence[bytes], conditions: Sequence[bytes]) -> list[int]:
         """Write ``rows`` (pb.PUT or pb.DELETE), each under its condition (``row_condition``);
         returns the positions of the rows whose condition did not hold: nothing was written for
-        them. Rows refused with a retryable error are sent again, as ``put`` does."""
-        refused: list[int] = []
+        them."""
+        unmet: list[int] = []
         low = 0
         for batch in _batches(rows):
-            pending = list(range(low, low + len(batch)))
+            unmet += [low + i for i in self._send(kind, batch, conditions[low:low + len(batch)])]
             low += len(batch)
-            attempt = 0
-            while pending:
-                self.limiter.acquire(len(pending))
-                body = batch_write_request(self.table, kind, [rows[i] for i in pending],
-                                           [conditions[i] for i in pending])
-                with self._stats_lock:
-                    self.stats.requests += 1
-                with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
-                    response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
-                retry_rows, error = [], None
-                for position, result in zip(pending, response.tables[0].rows, strict=True):
-                    if result.is_ok:
-                        continue
-                    if result.error.code == CONDITION_FAILED:
-                        refused.append(position)
-                        continue
-                    exc = OTSServiceError(0, result.error.code, result.error.message)
-                    key = format_key(decode_row(rows[position]).primary_key)
-                    if not retry.retryable(exc, "BatchWriteRow"):
-                        raise RowRefused(f"row {key} of {self.table!r} was refused: "
-                                         f"{result.error.code} {result.error.message}")
-                    if attempt >= self.policy.max_retries:
-                        raise WriteError(f"row {key} could not be written to {self.table!r} after "
-                                         f"{attempt + 1} attempts: {exc.code} {exc.message}")
-                    retry_rows.append(position)
-                    error = exc
-                with self._stats_lock:
-                    self.stats.rows += len(pending) - len(retry_rows)
-                    self.stats.retried_rows += len(retry_rows)
-                if retry_rows and error is not None:
-                    time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
-                attempt += 1
-                pending = retry_rows
-        return sorted(refused)
+        return unmet
 
-    def _request(self, kind: int, rows: list[bytes]) -> tuple[list[bytes], OTSServiceError | None]:
-        """Send once (the client's policy retries a refused request); the rows that failed
-        with a retryable error, and that error."""
-        body = batch_write_request(self.table, kind, rows)
+    def _request(self, kind: int, rows: list[bytes], conditions: Sequence[bytes] | None
+                 ) -> tuple[list[int], OTSServiceError | None, list[int]]:
+        """Send once (the client's policy retries a refused request); the positions of the rows
+        that failed with a retryable error, that error, and the positions of the rows whose
+        condition did not hold."""
+        body = batch_write_request(self.table, kind, rows, conditions)
         with self._stats_lock:
             self.stats.requests += 1
         with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
             response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
-        failed: list[bytes] = []
+        failed: list[int] = []
+        refused: list[int] = []
         error = None
         results = response.tables[0].rows
         if len(results) != len(rows):
             raise WriteError(f"BatchWriteRow to {self.table!r} answered {len(results)} rows of {len(rows)}")
         if all(map(_IS_OK, results)):  # the common answer, checked without a Python loop
-            return failed, error
+            return failed, error, refused
         for position in [i for i, result in enumerate(results) if not result.is_ok]:
-            row, result = rows[position], results[position]
+            result = results[position]
+            if conditions is not None and result.error.code == CONDITION_FAILED:
+                refused.append(position)
+                continue
             exc = OTSServiceError(0, result.error.code, result.error.message)
             if not retry.retryable(exc, "BatchWriteRow"):
-                key = format_key(decode_row(row).primary_key)
+                key = format_key(decode_row(rows[position]).primary_key)
                 raise RowRefused(
                     f"row {key} of {self.table!r} was refused: {result.error.code} {result.error.message}"
                 )
-            failed.append(row)
+            failed.append(position)
             error = exc
-        return failed, error
+        return failed, error, refused
 
 
 # BatchWriteRowRequest encoded here rather than through the message classes: a row took an
@@ -384,8 +367,9 @@ def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = 
     value and each of ``absent`` is still missing. At most ``GUARD_COLUMNS`` comparisons (two
     for a missing column)."""
     from tablestore import metadata as md
-    from tablestore.encoder import OTSProtoBufferEncoder
     from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
+
+    from tsmigrate.service.wire import sdk_encoder
 
     leaves: list[md.ColumnCondition] = [
         md.SingleColumnCondition(name, bytearray(v) if isinstance(v, bytes) else v,
@@ -405,7 +389,7 @@ def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = 
         for leaf in leaves:
             condition.add_sub_condition(leaf)
     proto = filter_pb2.Filter()
-    OTSProtoBufferEncoder("utf-8", enable_native=False)._make_column_condition(proto, condition)
+    sdk_encoder()._make_column_condition(proto, condition)
     return proto.SerializeToString()
 
 
