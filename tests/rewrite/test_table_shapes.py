@@ -74,11 +74,9 @@ def test_a_shape_is_rewritten_and_cut_over_with_writers_on_both_models(shape, tm
     sf.project(tmp_path, v1)
     sf.command(tmp_path, ots_instance, "apply", "--yes")
     Event, EventV2 = sf.classes(v1)["Event"], sf.classes(v2)["EventV2"]
-    writers = sf.Writers(client, [Event, EventV2, Event, EventV2], _row,
-                         key_of=lambda r: (r.device, r.seq))
-    # The new model writes the old table until the switch; start with the old model alone so
-    # the old table has rows before the rewrite is planned.
-    writers.models = [Event, Event]
+    # The old model's writers from the start (the old table has rows before the rewrite is
+    # planned), the new model's from `ready` on (until the switch they write the old table).
+    writers = sf.Writers(client, [Event, Event], _row, key_of=lambda r: (r.device, r.seq))
     writers.start()
     try:
         writers.more()
@@ -104,13 +102,13 @@ def test_a_shape_is_rewritten_and_cut_over_with_writers_on_both_models(shape, tm
 # --- the README's example, and the same rewrite without a way back ---------------------------------
 
 
-def _readme_rows(models: dict[str, type]):
-    def row(model: type, w: int, i: int, n: int):
-        fields = {"device": f"{model.__name__}-{w}", "seq": i, "region": "eu", "temp": float(n)}
-        if "ts" in model.__dict__ or model.__name__ == "Reading":
-            fields["ts"] = i
-        return model(**fields)
-    return row
+def _readme_row(model: type, w: int, i: int, n: int):
+    """Row ``i`` of writer ``w``: ts (where the model has it) equals seq, so either model's
+    row gives the same key in each table."""
+    fields = {"device": f"{model.__name__}-{w}", "seq": i, "region": "eu", "temp": float(n)}
+    if "ts" in model.__dict__:
+        fields["ts"] = i
+    return model(**fields)
 
 
 def _readme_final(client, acknowledged: dict) -> dict:
@@ -126,7 +124,7 @@ def _readme_start(tmp_path, ots_instance, new_code: str):
     sf.project(tmp_path, old_code)
     sf.command(tmp_path, ots_instance, "apply", "--yes")
     Reading, ReadingV2 = sf.classes(old_code)["Reading"], sf.classes(new_code)["ReadingV2"]
-    row = _readme_rows({})
+    row = _readme_row
     key_of = lambda r: (r.device, r.seq)  # noqa: E731
     old_writers = sf.Writers(client, [Reading, Reading], row, key_of).start()
     old_writers.more()
