@@ -13,6 +13,8 @@ import clirun
 import pytest
 import shape_flow as sf
 
+from tsmigrate.rewrite import machine
+
 OLD_PLAIN = '''
 from tsmigrate import Column, GlobalIndex, Model, PrimaryKey, SearchField, SearchIndex
 
@@ -255,3 +257,28 @@ def test_reverse_capture_writes_a_whole_old_row_into_an_old_table_without_update
     assert {c[0]: c[1] for c in row.attribute_columns}["n"] == 2
     sf.command(tmp_path, ots_instance, "rewrite", "finish", new)
     assert client.describe_table(old).table_options.max_time_deviation == 86400
+
+
+@pytest.mark.slow
+def test_a_row_capture_cannot_carry_refuses_the_switch_before_any_fence(tmp_path, ots_instance):
+    """Forward capture's side: a row written to the old table outside the model API without the
+    new key's seq is set aside; switch refuses, naming it, with no fence raised, until it is
+    fixed."""
+    import tablestore as ts
+
+    _, new_code = sf.readme_models()
+    client, *_, old_writers = _readme_start(tmp_path, ots_instance, new_code)
+    old_writers.stop()
+    sf.command(tmp_path, ots_instance, "apply", "--yes")
+    bad = [("device", "raw"), ("ts", 7)]
+    client.put_row("readings", ts.Row(bad, [("region", "eu")]), ts.Condition("IGNORE"))
+    refused = sf.command(tmp_path, ots_instance, "rewrite", "switch", "readings_by_seq", expect=1)
+    named = "(device='raw', ts=7)"
+    assert "switch refused" in refused and "set aside" in refused and named in refused, refused
+    rewrite = machine.load(client, "readings_by_seq")
+    assert rewrite.phase == "ready" and rewrite.get("fence") is None  # no fence went up
+    status = sf.command(tmp_path, ots_instance, "rewrite", "status", "readings_by_seq")
+    assert "set aside by capture: 1 row(s)" in status and named in status
+    client.update_row("readings", ts.Row(bad, {"PUT": [("seq", 7)]}), ts.Condition("IGNORE"))  # fixed
+    sf.command(tmp_path, ots_instance, "rewrite", "switch", "readings_by_seq", "--lease", "0.5")
+    assert sf.phase(client, "readings_by_seq") == "switched"
