@@ -136,7 +136,8 @@ def test_a_rewrite_in_progress_shows_its_phase_and_rows(tmp_path: Path, ots_inst
     assert rewrite["phase"] == "ready" and rewrite["rows_copied"] == 300
     assert "rewrites:   1 in progress" in text
     assert "readings -> readings_by_seq: ready" in text and "rows copied: 300" in text
-    assert "capture lag:" in text
+    assert "capture readings -> readings_by_seq: stopped (no process runs it); last progress " in text
+    assert rewrite["captures"][0]["state"] == "stopped" and rewrite["capture_lag_s"] is None
     # The rewrite's own changes (stream on, deviation widened) are not drift.
     assert data["drift"]["drifted"] is False, data["drift"]
 

@@ -81,7 +81,13 @@ def test_plan_shows_the_cost_and_the_commands_drive_the_rewrite(tmp_path, ots_in
                              "--format", "json").stdout)
     assert status["phase"] == "ready" and status["rows_copied"] == 500
     assert status["verification"]["ok"] and status["collisions"] == []
-    assert status["capture_lag_s"] is not None and status["eta_s"] == 0 and status["rows_per_s"] > 0
+    assert status["eta_s"] == 0 and status["rows_per_s"] > 0
+    # apply returned at ready: nothing captures until follow, so no lag is shown, only the
+    # capture's last progress.
+    (forward,) = status["captures"]
+    assert (forward["state"], forward["why"]) == ("stopped", "no process runs it")
+    assert forward["lag_s"] is None and status["capture_lag_s"] is None
+    assert forward["last_progress_ms"] and forward["restart"] == "tsmigrate rewrite follow readings_by_seq"
     assert "ready" in _run(project, ots_instance, "rewrite", "status").stdout
 
     paused = _run(project, ots_instance, "rewrite", "pause", "readings_by_seq")

@@ -53,7 +53,8 @@ def rewrite() -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @reports_errors
 def status(table, project, choice, fmt):
-    """Phase, rows copied / estimated, rows/s, capture lag, ETA, collisions, verification."""
+    """Phase, rows copied / estimated, rows/s, ETA, each capture's state and lag, a fence that
+    is up, collisions, verification."""
     from tsmigrate.rewrite import machine
     from tsmigrate.rewrite.progress import status_data, status_text
 
@@ -100,9 +101,11 @@ def follow(table, project, choice, seconds):
             current = runner.rewrite
     from tsmigrate.rewrite.progress import next_step
 
-    followed = current.target if current.side == machine.TARGET else current.source
+    reverse = current.side == machine.TARGET
+    followed = current.target if reverse else current.source
+    lag = current.get("reverse_lag_s" if reverse else "capture_lag_s") or 0
     console.print(f"{current.target}: {current.phase}, capture followed {followed} "
-                  f"(lag {current.get('capture_lag_s') or 0:.1f}s). Next: {next_step(current)}")
+                  f"(lag {lag:.1f}s). Next: {next_step(current)}")
 
 
 @rewrite.command()

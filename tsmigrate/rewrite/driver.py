@@ -41,6 +41,7 @@ CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
 SAVE_EVERY_S = 1.0  # how often the capture position is written while following
 HEARTBEAT_S = 20.0  # lease renewal while verification runs (leases last minutes)
+ERROR_CHARS = 300  # a capture's error as status shows it
 
 
 @attrs.frozen
@@ -90,11 +91,16 @@ def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
     )
 
 
-def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> None:
+def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, *,
+                  stopped_by: str | None = None, **extra: Any) -> None:
+    """Save forward capture's position, stats, lag and when (``capture_at_ms``, what status
+    ages); ``stopped_by``: the error that stopped it (``capture_error``; a save without one is
+    progress, which clears it)."""
     if capture.touched is not None:  # saved with the position it is true of
         extra["touched_splits"] = sorted(capture.touched)
     runner.save(capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
-                capture_stats=attrs.asdict(capture.stats), **extra)
+                capture_stats=attrs.asdict(capture.stats), capture_at_ms=machine.now_ms(),
+                capture_error=stopped_by, **extra)
 
 
 @contextlib.contextmanager
@@ -452,18 +458,24 @@ def _follow(runner: machine.Runner, capture: capture_mod.Capture,
                 save(runner, capture)
                 last_save = time.monotonic()
                 if runner.handover_requested or runner.rewrite.phase != phase:
-                    return
+                    break
             report("capture", {"lag_s": capture.lag_s(), "direction": phase, **attrs.asdict(capture.stats)})
             if not read:
                 time.sleep(CAPTURE_IDLE_S)
-    except capture_mod.CaptureLost as exc:
-        # Kept on the rewrite, so `rewrite status` says why and how to start again.
-        with contextlib.suppress(machine.RewriteError):
-            runner.save(error=str(exc)[:2000])
+    except BaseException as exc:
+        # Whatever stopped it is kept with its position, so status shows this capture stopped
+        # and why, not the lag it last had. A pause, abort or takeover is the rewrite's story.
+        why = (None if isinstance(exc, (machine.Interrupted, machine.RewriteConflict))
+               else (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:ERROR_CHARS])
+        with contextlib.suppress(Exception):
+            save(runner, capture, stopped_by=why)
+        if isinstance(exc, capture_mod.CaptureLost):
+            # Kept on the rewrite, so `rewrite status` says why and how to start again.
+            with contextlib.suppress(machine.RewriteError):
+                runner.save(error=str(exc)[:2000])
         raise
-    finally:
-        with contextlib.suppress(machine.RewriteError):
-            save(runner, capture)
+    with contextlib.suppress(machine.RewriteError):
+        save(runner, capture)
 
 
 def _idle(runner: machine.Runner, over: Callable[[], bool]) -> None:

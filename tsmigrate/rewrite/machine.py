@@ -191,12 +191,14 @@ _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "resume_to": (str,), "finish_from": (str,), "no_revert": (str,),
     "runner": (dict,), "estimate": (dict,), "backfill": (dict,), "verification": (dict,),
     "capture": (dict,), "capture_stats": (dict,), "fence": (dict,), "stream_was": (dict,),
-    "target_stream_was": (dict,), "reverse_capture": (dict,),
+    "target_stream_was": (dict,), "reverse_capture": (dict,), "reverse_stats": (dict,),
+    "capture_error": (str,), "reverse_error": (str,),
     "touched_splits": (list,),
     "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
     "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
     "declared_deviation": _NUMBER, "source_declared_deviation": _NUMBER,
-    "backfill_started_ms": _NUMBER,
+    "backfill_started_ms": _NUMBER, "reverse_lag_s": _NUMBER, "capture_at_ms": _NUMBER,
+    "reverse_at_ms": _NUMBER,
 }
 _TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "a number"}
 

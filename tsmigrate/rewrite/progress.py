@@ -3,6 +3,8 @@ JSON, read from ``tsmigrate_state`` alone) and the live progress bar ``apply`` s
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from typing import Any
 
@@ -16,7 +18,7 @@ from rich.progress import (
 )
 
 from tsmigrate.instance.pipeprogress import clock
-from tsmigrate.instance.state import StateRowError
+from tsmigrate.instance.state import StateRowError, pid_alive
 from tsmigrate.rewrite import machine
 
 NEXT_STEP = {
@@ -81,6 +83,9 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         rate = rows / max(1e-3, (machine.now_ms() - started) / 1000) if rows else 0.0
         eta_s = (est_rows - rows) / rate if rate and est_rows is not None else None
     verification = rewrite.get("verification") or {}
+    holder = runner_of(rewrite)
+    captures = captures_of(rewrite, holder)
+    forward = next((c for c in captures if c["name"] == "capture"), None)
     return {
         "target": rewrite.target,
         "source": rewrite.source,
@@ -97,11 +102,15 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         "rows_per_s": None if rate is None else round(rate, 1),
         "backfill_done": backfill_done,
         "eta_s": None if eta_s is None else round(eta_s, 1),
-        "capture_lag_s": rewrite.get("capture_lag_s"),
+        # Forward capture's lag while it runs; None when it does not (a stopped one's is stale).
+        "capture_lag_s": forward["lag_s"] if forward else None,
         "capture": rewrite.get("capture_stats") or {},
         "collisions": verification.get("collisions", []),
         "verification": verification or None,
         "runner": (rewrite.get("runner") or {}).get("owner"),
+        "run_by": holder,
+        "captures": captures,
+        "fence_up": fence_up(client, rewrite, holder),
         "updated": _when(rewrite.get("updated_ms")),
         "side": rewrite.side,
         "fence": rewrite.get("fence"),
@@ -150,6 +159,173 @@ def _runner_alive(rewrite: machine.Rewrite) -> bool:
         and machine._holder_alive(owner)
 
 
+def _age_s(ms: Any, now_ms: int) -> float | None:
+    return None if not isinstance(ms, (int, float)) or not ms else round(max(0.0, (now_ms - ms) / 1000), 1)
+
+
+def runner_of(rewrite: machine.Rewrite) -> dict[str, Any] | None:
+    """The process holding the rewrite's lease (``machine.Runner``), as far as this host can
+    tell: host, pid, until when its lease runs, whether it ran out, whether the process is alive
+    (``alive``: this host's process table says so; ``gone``; ``unknown``: another host, whose
+    lease alone tells); None when nobody holds it."""
+    lease = rewrite.get("runner") or {}
+    owner = lease.get("owner")
+    if not isinstance(owner, str) or not owner:
+        return None
+    host, _, pid = owner.partition("@")[2].rpartition(":")
+    expires_ms = int(lease.get("expires_ms") or 0)
+    expired = expires_ms <= machine.now_ms()
+    if host == socket.gethostname() and pid.isdigit():
+        process = "alive" if pid_alive(int(pid)) else "gone"
+    else:
+        process = "unknown"
+    return {"owner": owner, "host": host or None, "pid": int(pid) if pid.isdigit() else None,
+            "lease_until": _when(expires_ms), "lease_until_ms": expires_ms,
+            "lease_expired": expired, "process": process,
+            "alive": not expired and process != "gone"}
+
+
+def _holder_state(holder: dict[str, Any]) -> str:
+    if holder["process"] == "gone":
+        return "its process is gone"
+    if holder["lease_expired"]:
+        return f"its lease ran out at {holder['lease_until']}"
+    if holder["process"] == "alive":
+        return f"alive, lease until {holder['lease_until']}"
+    return f"on another host: lease until {holder['lease_until']}"
+
+
+def _holder_text(holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        return "no process (none holds the rewrite's lease)"
+    where = f"{holder['host']}:{holder['pid']}"
+    command = holder.get("command")
+    return ((f"{command} (run {holder['run']}) on {where}" if command else where)
+            + f" ({_holder_state(holder)})")
+
+
+# The captures a rewrite keeps, each under its own keys of the doc: (name, label, position,
+# stats, lag, when it last saved, its last error); the late-write net reads the side that no
+# longer takes writes (its ``watched``) into the other one.
+CAPTURE_KEYS = (
+    ("capture", "capture", "capture", "capture_stats", "capture_lag_s", "capture_at_ms",
+     "capture_error"),
+    ("reverse_capture", "reverse capture", "reverse_capture", "reverse_stats", "reverse_lag_s",
+     "reverse_at_ms", "reverse_error"),
+    ("late_net", "late writes", "late_net", "late_stats", "late_lag_s", "late_at_ms", "late_error"),
+)
+
+
+def _in_use(rewrite: machine.Rewrite, name: str) -> bool:
+    """Whether capture ``name`` is the one the rewrite's phase runs (paused or failed: the phase
+    it resumes at)."""
+    phase = rewrite.phase
+    if phase in (machine.PAUSED, machine.FAILED):
+        phase = rewrite.resume_to or machine.READY
+    finish_from = rewrite.get("finish_from") or machine.READY
+    if name == "capture":
+        return phase in (machine.BACKFILL, machine.CATCH_UP, machine.READY, machine.SWITCHING) or (
+            phase == machine.FINISHING and finish_from == machine.READY)
+    if name == "reverse_capture":
+        return not rewrite.get("no_revert") and (
+            phase in (machine.SWITCHED, machine.REVERTING)
+            or (phase == machine.FINISHING and finish_from == machine.SWITCHED))
+    return True  # the late-write net: while the rewrite keeps it
+
+
+def captures_of(rewrite: machine.Rewrite, holder: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each capture the rewrite keeps: its direction, state (``running``; ``idle``: not used in
+    this phase; ``stopped``: this phase needs it and no live process runs it, or an error
+    stopped it), why, its lag (only while running: a stopped capture's last lag is stale), its
+    last progress and how long ago, its last error and its stats."""
+    now = machine.now_ms()
+    out = []
+    for name, label, position, stats_key, lag_key, at_key, error_key in CAPTURE_KEYS:
+        where = rewrite.get(position)
+        if not isinstance(where, dict):
+            continue
+        if name == "late_net":
+            watched = where.get("watched") or rewrite.source
+            into = rewrite.target if watched == rewrite.source else rewrite.source
+        elif name == "capture":
+            watched, into = rewrite.source, rewrite.target
+        else:
+            watched, into = rewrite.target, rewrite.source
+        error = rewrite.get(error_key) or None
+        stats = rewrite.get(stats_key)
+        stats = stats if isinstance(stats, dict) else {}
+        at_ms = rewrite.get(at_key)
+        at_ms = at_ms if isinstance(at_ms, (int, float)) and not isinstance(at_ms, bool) else None
+        if not rewrite.active:
+            state, why = "idle", f"the rewrite is {rewrite.phase}"
+        elif not _in_use(rewrite, name):
+            state, why = "idle", f"not used in phase {rewrite.phase}"
+        elif error:
+            state, why = "stopped", "its last error stopped it"
+        elif rewrite.phase in (machine.PAUSED, machine.FAILED):
+            state, why = "stopped", f"the rewrite is {rewrite.phase}"
+        elif holder is None:
+            state, why = "stopped", "no process runs it"
+        elif not holder["alive"]:
+            state, why = "stopped", f"the process that ran it stopped: {_holder_text(holder)}"
+        else:
+            state, why = "running", f"run by {holder['host']}:{holder['pid']}"
+        lag = rewrite.get(lag_key)
+        running = state == "running"
+        # Outside a command's run (apply's, a fence's), `follow` is what runs captures.
+        restart = (f"tsmigrate rewrite follow {rewrite.target}" if state == "stopped"
+                   and rewrite.phase in (machine.READY, machine.SWITCHED) else None)
+        out.append({
+            "name": name, "label": label, "from": watched, "to": into,
+            "direction": f"{watched} -> {into}", "state": state, "why": why,
+            "lag_s": (float(lag) if running and isinstance(lag, (int, float)) else None),
+            "caught_up": bool(stats.get("caught_up")) if running else None,
+            "last_progress": _when(at_ms), "last_progress_ms": at_ms,
+            "last_progress_age_s": _age_s(at_ms, now),
+            "error": error, "restart": restart, "stats": stats,
+        })
+    return out
+
+
+def fence_up(client: Any, rewrite: machine.Rewrite,
+             holder: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fence while it is up (services on the model API hold their writes): the phase that
+    raised it, since when (``fence_ms``; unknown for finish from ready, which keeps no time),
+    who holds it (the runner, and the command's run in the history), and how long a write
+    waits (``routing.HOLD_S``) before it fails with ``WritesHeld``; None when no fence is up."""
+    from tsmigrate.service import routing  # the service layer: status only, not apply
+
+    if not rewrite.active or rewrite.side != machine.HOLD:
+        return None
+    phase = rewrite.phase
+    if phase in (machine.PAUSED, machine.FAILED):
+        phase = rewrite.resume_to or phase
+    since_ms = rewrite.get("fence_ms") if phase in (machine.SWITCHING, machine.REVERTING) else None
+    if not isinstance(since_ms, (int, float)) or isinstance(since_ms, bool):
+        since_ms = None
+    if holder is not None:
+        holder = {**holder, **_holder_run(client, rewrite, holder)}
+    return {"phase": phase, "since": _when(since_ms), "since_ms": since_ms,
+            "age_s": _age_s(since_ms, machine.now_ms()), "held_by": holder,
+            "held_by_live": bool(holder and holder["alive"]),
+            "write_wait_s": routing.HOLD_S, "writes_fail_with": routing.WritesHeld.__name__}
+
+
+def _holder_run(client: Any, rewrite: machine.Rewrite, holder: dict[str, Any]) -> dict[str, Any]:
+    """The history run of the command holding the lease (its process's newest run on this
+    rewrite): {"run", "command", "run_started"}, or nothing when the history does not say."""
+    from tsmigrate.instance.history import newest_first
+    from tsmigrate.instance.state import State
+
+    process = f"{holder['host']}:{holder['pid']}"
+    with contextlib.suppress(Exception):  # best effort: the lease already names the process
+        for entry in newest_first(State(client).history()):
+            if entry.table == rewrite.target and entry.owner.partition("@")[2] == process:
+                return {"run": entry.run, "command": entry.command,
+                        "run_started": _when(entry.run_started_ms)}
+    return {}
+
+
 def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
     """Processes routing this rewrite (heartbeats of the last minute): where each writes."""
     from tsmigrate.rewrite import reverse  # imports the service layer: status only, not apply
@@ -185,11 +361,7 @@ def status_text(data: dict[str, Any]) -> str:
         elif data["phase"] not in machine.ENDED:
             line += "; not running (no process holds it)"
         lines.append(line)
-    lag = data["capture_lag_s"]
-    stats = data["capture"]
-    lines.append(f"  capture lag: {'-' if lag is None else f'{lag:.1f}s'}"
-                 + (f" (applied {stats.get('applied', 0):,}, re-synced {stats.get('resynced', 0):,}, "
-                    f"moved {stats.get('moved', 0):,})" if stats else ""))
+    lines += [f"  {line}" for line in captures_text(data.get("captures") or [])]
     verification = data["verification"]
     if verification:
         state = "ok" if verification.get("ok") else "FAILED"
@@ -215,6 +387,7 @@ def status_text(data: dict[str, Any]) -> str:
     if not revert.get("possible", True):
         lines.append(f"  revert: not possible ({revert.get('reason')}); reverse capture off")
     lines.append(f"  writes of the model API go to: {_side_text(data)}")
+    lines += [f"  {line}" for line in fence_text(data.get("fence_up"), data["target"])]
     fence = data.get("fence")
     if fence:
         lines.append(f"  last fence: to the {fence.get('to')}, writes held {fence.get('held_ms', 0)} ms"
@@ -223,10 +396,68 @@ def status_text(data: dict[str, Any]) -> str:
     for c in data.get("clients") or ():
         lines.append(f"    client {c['host']}:{c['pid']} ({c['table']}): {c['side']}, "
                      f"saw {c['phase']} at {c['seen']}")
-    if data["runner"]:
-        lines.append(f"  run by: {data['runner']}")
+    if data.get("run_by"):
+        lines.append(f"  run by: {data['runner']} ({_holder_state(data['run_by'])})")
     lines.append(f"  next: {data['next']}")
     return "\n".join(lines)
+
+
+def _ago(age_s: float | None) -> str:
+    if age_s is None:
+        return "-"
+    if age_s < 120:
+        return f"{age_s:.0f}s ago"
+    return f"{age_s / 60:.0f} min ago" if age_s < 7200 else f"{age_s / 3600:.1f} h ago"
+
+
+def captures_text(captures: list[dict[str, Any]]) -> list[str]:
+    """One line per capture (and its error below it): direction, state, lag while it runs,
+    last progress, what it did."""
+    lines = []
+    for c in captures:
+        head = f"{c['label']} {c['direction']}: {c['state']}"
+        if c["state"] == "running":
+            lag = "-" if c["lag_s"] is None else f"{c['lag_s']:.1f}s"
+            head += f", lag {lag}" + (" (caught up)" if c["caught_up"] else "")
+        else:
+            head += f" ({c['why']})"
+        progress = ("no progress saved yet" if c["last_progress"] is None
+                    else f"last progress {c['last_progress']} ({_ago(c['last_progress_age_s'])})")
+        stats = c["stats"]
+        did = []
+        if stats:
+            did.append(f"applied {stats.get('applied', 0):,}")
+        if c["name"] == "late_net":
+            did += [f"{stats.get(k, 0):,} {text}" for k, text in
+                    (("late_writes", "late write(s)"), ("carried", "version(s) carried"),
+                     ("conflicts", "conflict(s)")) if k in stats]
+        elif stats:
+            did += [f"re-synced {stats.get('resynced', 0):,}", f"moved {stats.get('moved', 0):,}"]
+        lines.append(f"{head}; {progress}" + (f"; {', '.join(did)}" if did else ""))
+        if c["error"]:
+            lines.append(f"  last error: {c['error']}")
+        if c.get("restart"):
+            lines.append(f"  `{c['restart']}` starts it again from its saved position")
+    return lines
+
+
+def fence_text(fence: dict[str, Any] | None, target: str) -> list[str]:
+    """A fence that is up: since when, who holds it, what services' writes do meanwhile."""
+    if not fence:
+        return []
+    since = ("since an unknown time" if fence["since"] is None
+             else f"since {fence['since']} ({_ago(fence['age_s'])})")
+    lines = [f"fence: UP ({fence['phase']}) {since}, held by {_holder_text(fence['held_by'])}",
+             f"  services' writes on the model API wait for it, each at most "
+             f"{fence['write_wait_s']:.0f}s, then fail with {fence['writes_fail_with']}"]
+    if not fence["held_by_live"]:
+        completes, lowers = {machine.SWITCHING: ("switch", "revert"),
+                             machine.REVERTING: ("revert", "switch")}.get(fence["phase"],
+                                                                          ("finish", None))
+        lines.append(f"  no live process holds it: `tsmigrate rewrite {completes} {target}` "
+                     "completes it" + (f", `tsmigrate rewrite {lowers} {target}` lowers it back"
+                                       if lowers else ""))
+    return lines
 
 
 def _side_text(data: dict[str, Any]) -> str:

@@ -63,6 +63,11 @@ def make_reverse_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.C
     )
 
 
-def save_reverse(runner: machine.Runner, capture: capture_mod.Capture, **extra: Any) -> machine.Rewrite:
-    return runner.save(reverse_capture=capture.position(), capture_lag_s=round(capture.lag_s(), 3),
-                       reverse_stats=attrs.asdict(capture.stats), **extra)
+def save_reverse(runner: machine.Runner, capture: capture_mod.Capture, *,
+                 stopped_by: str | None = None, **extra: Any) -> machine.Rewrite:
+    """Save reverse capture's position, stats, lag and when (``reverse_at_ms``); ``stopped_by``:
+    the error that stopped it (``reverse_error``; a save without one is progress, which clears
+    it). Its own keys: forward capture's lag and error stay forward capture's."""
+    return runner.save(reverse_capture=capture.position(), reverse_lag_s=round(capture.lag_s(), 3),
+                       reverse_stats=attrs.asdict(capture.stats), reverse_at_ms=machine.now_ms(),
+                       reverse_error=stopped_by, **extra)
