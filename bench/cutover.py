@@ -9,7 +9,14 @@ a pause. The last line:
 
 writes=N lost=0 switch_pause_p50_ms=X switch_pause_p99_ms=Y switch_pause_max_ms=Z
 
-    python bench/cutover.py [--rows 2000] [--writers 8] [--switches 3] [--lease 2]
+``--faults`` adds what a real fleet does (``bench/late_writer.py`` processes putting rows of their
+own): one whose put is held in the network (``--hold-s``) across each `switch`, one SIGSTOPped
+across each `switch` and continued after it, and one on the raw SDK writing the old table
+throughout. Every put they were told was acknowledged must be in the new table at the end, or be
+named as a conflict; the last line adds ``late_writes=N carried=N conflicts=N`` (the late-write
+net's counts) and counts their losses in ``lost``.
+
+    python bench/cutover.py [--rows 2000] [--writers 8] [--switches 3] [--lease 2] [--faults]
 """
 
 from __future__ import annotations
@@ -18,8 +25,13 @@ import argparse
 import logging
 import os
 import random
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
@@ -38,12 +50,56 @@ class Counter(Model, table="bench_counters", max_versions=1):
     device = PrimaryKey(str)
     seq = PrimaryKey(int)
     count = Column(int)
+    note = Column(str)
 
 
 class CounterV2(Model, table="bench_counters_by_seq", replaces="bench_counters", max_versions=1):
     seq = PrimaryKey(int)
     device = PrimaryKey(str)
     count = Column(int)
+    note = Column(str)
+
+
+class LateWriters:
+    """The ``--faults`` processes: held (a put held in the network at each switch), paused
+    (SIGSTOPped across each switch) and raw (raw SDK puts to the old table throughout)."""
+
+    def __init__(self, endpoint: str, instance: str, hold_s: float):
+        self.dir = Path(tempfile.mkdtemp(prefix="tsmigrate-bench-"))
+        self.trigger = self.dir / "hold-now"
+        script = str(Path(__file__).with_name("late_writer.py"))
+        base = [sys.executable, script, endpoint, instance, Counter.table_name()]
+        self.procs = {
+            "late-held": [*base, "late-held", "--hold-one", str(hold_s), "--hold-when", str(self.trigger)],
+            "late-paused": [*base, "late-paused"],
+            "late-raw": [*base, "late-raw", "--raw"],
+        }
+        self.running = {name: subprocess.Popen(cmd, stdout=(self.dir / name).open("w"),
+                                               stderr=subprocess.DEVNULL)
+                        for name, cmd in self.procs.items()}
+
+    def before_switch(self) -> None:
+        self.trigger.touch()
+        self.running["late-paused"].send_signal(signal.SIGSTOP)
+
+    def after_switch(self) -> None:
+        self.running["late-paused"].send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        for proc in self.running.values():
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait()
+
+    def acknowledged(self) -> dict[tuple[str, int], str]:
+        """(device, seq) -> the note of each acknowledged put."""
+        acked = {}
+        for name in self.procs:
+            for line in (self.dir / name).read_text().splitlines():
+                parts = line.split(" ", 2)
+                if parts[0] == "ACK" and len(parts) == 3:
+                    acked[(name, int(parts[1]))] = parts[2]
+        return acked
 
 
 def _key(i: int) -> dict:
@@ -57,6 +113,9 @@ def main() -> None:
     parser.add_argument("--switches", type=int, default=3, help="switch, revert, switch, ...")
     parser.add_argument("--lease", type=float, default=routing.LEASE_S)
     parser.add_argument("--between-s", type=float, default=1.5, help="writing time between moves")
+    parser.add_argument("--faults", action="store_true",
+                        help="add a held, a paused and a raw-SDK writer process (see above)")
+    parser.add_argument("--hold-s", type=float, default=3.0, help="--faults: how long the put is held")
     args = parser.parse_args()
     # The split workers of the rewrite connect with the credentials of the environment.
     os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
@@ -92,6 +151,7 @@ def main() -> None:
         threads = [threading.Thread(target=writer, args=(n,)) for n in range(args.writers)]
         for thread in threads:
             thread.start()
+        faults = LateWriters(endpoint, INSTANCE, args.hold_s) if args.faults else None
         moves = []
         try:
             for move in range(args.switches):
@@ -99,16 +159,22 @@ def main() -> None:
                 started = time.monotonic()
                 with machine.Runner(client, target, handover=True) as runner:
                     if move % 2 == 0:
+                        if faults is not None:
+                            faults.before_switch()
                         done = cutover.switch(client, spec, runner, lease_s=args.lease,
                                               report=driver.quiet)
+                        if faults is not None:
+                            faults.after_switch()
                     else:
                         done = cutover.revert(client, runner, report=driver.quiet)
                 moves.append((done.phase, time.monotonic() - started, done.get("fence")))
-            time.sleep(args.between_s)
+            time.sleep(max(args.between_s, args.hold_s if faults else 0))
         finally:
             stop.set()
             for thread in threads:
                 thread.join()
+            if faults is not None:
+                faults.stop()
         if failures:
             raise failures[0]
         with machine.Runner(client, target, handover=True) as runner:
@@ -119,6 +185,14 @@ def main() -> None:
         final = Rows(CounterV2, client).batch_get([_key(i) for i in range(args.rows)])
         counts = [row.count if row is not None else 0 for row in final.rows]
         lost = sum(max(0, a - c) for a, c in zip(acknowledged, counts, strict=True))
+        late_line = ""
+        if faults is not None:
+            lost_late, acked_late = _late_losses(client, target, faults.acknowledged())
+            lost += lost_late
+            stats = machine.load(client, target).get("late_stats") or {}
+            print(f"late writers: {acked_late} put(s) acknowledged, {lost_late} missing")
+            late_line = (f" late_writes={stats.get('late_writes', 0)} carried={stats.get('carried', 0)}"
+                         f" conflicts={stats.get('conflicts', 0)}")
         extra = sum(max(0, c - a) for a, c in zip(acknowledged, counts, strict=True))
         pauses = sorted(s * 1000 for r in list(routing._ROUTERS.values()) for s in r.held_s)
         for phase, seconds, fence in moves:
@@ -130,10 +204,27 @@ def main() -> None:
             return pauses[min(len(pauses) - 1, int(q * len(pauses)))] if pauses else 0.0
 
         print(f"writes={sum(acknowledged)} lost={lost} switch_pause_p50_ms={pct(0.5):.0f} "
-              f"switch_pause_p99_ms={pct(0.99):.0f} switch_pause_max_ms={max(pauses, default=0):.0f}")
+              f"switch_pause_p99_ms={pct(0.99):.0f} switch_pause_max_ms={max(pauses, default=0):.0f}"
+              + late_line)
     finally:
         proc.terminate()
         proc.wait()
+
+
+def _late_losses(client: object, target: str, acked: dict[tuple[str, int], str]) -> tuple[int, int]:
+    """How many acknowledged late-writer puts are neither in the new table with their note nor
+    named by a conflict; and how many there were."""
+    from tsmigrate.rewrite import late
+
+    named = {c["key"] for c in late.conflicts(client, target)}
+    keys = list(acked)
+    rows = Rows(CounterV2, client).batch_get([{"seq": seq, "device": device} for device, seq in keys])
+    lost = 0
+    for (device, seq), row in zip(keys, rows.rows, strict=True):
+        if (row is None or row.note != acked[(device, seq)]) and \
+                f"(device='{device}', seq={seq})" not in named:
+            lost += 1
+    return lost, len(keys)
 
 
 if __name__ == "__main__":

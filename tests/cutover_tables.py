@@ -16,6 +16,7 @@ IDENTITY = "local:test"
 TARGET = "counters_by_seq"
 ROWS = 20  # the rows `ready` writes: device d{i % 4}, seq i, count 0, note "start"
 LEASE_S = 0.5  # the routing lease of the rewrite `ready` makes
+ACK_S = 1.0  # its acknowledgement bound: finish waits LEASE_S + ACK_S past the fence
 
 
 class Counter(Model, table="counters", max_versions=1):
@@ -75,7 +76,7 @@ def ready(ots_instance: Any) -> Any:
     # (when a process does not acknowledge first): a shorter one keeps the fences of these
     # tests short. Set before any process read the rewrite, as `switch --lease` would for later.
     rewrite = machine.load(client, TARGET)
-    machine.save(client, rewrite, routing_lease_s=LEASE_S)
+    machine.save(client, rewrite, routing_lease_s=LEASE_S, routing_ack_s=ACK_S)
     routing.clear()
     return client
 
@@ -84,6 +85,12 @@ def switch(client: Any, **options: Any) -> machine.Rewrite:
     with machine.Runner(client, TARGET, handover=True) as runner:
         return cutover.switch(client, driver.spec_of(client, True), runner, report=driver.quiet,
                               **options)
+
+
+def finish(client: Any, **options: Any) -> machine.Rewrite:
+    with machine.Runner(client, TARGET, handover=True) as runner:
+        return driver.finish(client, driver.spec_of(client, True), runner, False,
+                             report=driver.quiet, **options)
 
 
 def revert(client: Any) -> machine.Rewrite:

@@ -1,4 +1,4 @@
-"""`tsmigrate rewrite status|follow|switch|revert|pause|resume|finish|abort`: watch and steer
+"""`tsmigrate rewrite status|conflicts|follow|switch|revert|pause|resume|finish|abort`: watch and steer
 rewrites that `tsmigrate apply` started (their state lives in the instance's tsmigrate_state)."""
 
 from __future__ import annotations
@@ -67,6 +67,33 @@ def status(table, project, choice, fmt):
         console.print("No rewrites.")
     else:
         console.print("\n\n".join(status_text(d) for d in data), markup=False)
+
+
+@rewrite.command()
+@click.argument("table")
+@project_option
+@with_target
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@reports_errors
+def conflicts(table, project, choice, fmt):
+    """Late writes that conflict with the table of record: key, column, both values, which stands."""
+    from tsmigrate.rewrite import late
+
+    with connected(project, choice) as (client, _target):
+        rewrite = _rewrite_of(client, table)
+        found = late.conflicts(client, rewrite.target)
+    if fmt == "json":
+        click.echo(json.dumps({"rewrite": rewrite.target, "conflicts": found}, indent=2, sort_keys=True))
+        return
+    if not found:
+        console.print(f"{rewrite.target}: no conflicts.")
+        return
+    waiting = sum(not c.get("accepted") for c in found)
+    console.print(f"{rewrite.target}: {len(found)} conflict(s), {waiting} not accepted "
+                  "(finish --accept-conflicts accepts them; the table of record's value stands):",
+                  markup=False)
+    for conflict in found:
+        console.print(f"  {late.describe(conflict)}", markup=False)
 
 
 @rewrite.command()
@@ -164,7 +191,11 @@ def resume(table, project, choice, workers, dask, max_rows_per_s):
 
 
 def _fence_report(event: str, data: dict[str, Any]) -> None:
-    if event == "fence" and data["unacknowledged"]:
+    from tsmigrate.rewrite.progress import late_wait_line
+
+    if event == "late-wait":
+        err_console.print(late_wait_line(data), markup=False)
+    elif event == "fence" and data["unacknowledged"]:
         names = ", ".join(f"{c.get('host')}:{c.get('pid')}" for c in data["unacknowledged"])
         err_console.print(f"not acknowledged within the lease (fenced anyway): {names}")
     elif event == "wrong-side":
@@ -191,6 +222,10 @@ def switch(table, project, choice, lease_s, accept_target_writes, no_revert):
 
     with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
+        if rewrite.phase in (machine.SWITCHED, machine.FINISHING, machine.DONE):
+            console.print(f"{rewrite.target}: already switched ({rewrite.phase}); services on the "
+                          f"model API write {rewrite.target}. Next: {next_step(rewrite)}")
+            return
         _run, step = _recorded(client, "switch", "rewrite_switch", rewrite.target)
         with step, machine.Runner(client, rewrite.target, handover=True) as runner:
             done = cutover.switch(client, driver.spec_of(client, target.embedded), runner,
@@ -211,6 +246,13 @@ def revert(table, project, choice):
 
     with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
+        if rewrite.phase == machine.READY or (rewrite.phase in (machine.PAUSED, machine.FAILED)
+                                              and rewrite.resume_to == machine.READY):
+            console.print(f"{rewrite.target}: nothing to revert ({rewrite.phase}); services on the "
+                          f"model API already write {rewrite.source}"
+                          + (" since the revert" if rewrite.get("reverted_ms") else "")
+                          + f". Next: {next_step(rewrite)}")
+            return
         _run, step = _recorded(client, "revert", "rewrite_revert", rewrite.target)
         with step, machine.Runner(client, rewrite.target, handover=True) as runner:
             done = cutover.revert(client, runner, report=_fence_report)
@@ -234,10 +276,13 @@ def _print_fence(done: Any, what: str, next_text: str) -> None:
               help="Finish from ready, without a switch (services not on the model API).")
 @click.option("--accept-target-writes", is_flag=True,
               help="With --force: keep rows services wrote to the new table directly.")
+@click.option("--accept-conflicts", is_flag=True,
+              help="Finish although late writes conflict with the table of record, which keeps "
+                   "its values (the conflicts are recorded in history; `rewrite conflicts` lists them).")
 @models_option
 @reports_errors
 def finish(table, project, choice, allow_destructive, force, accept_target_writes,
-           models):
+           accept_conflicts, models):
     """After switch: stop capture, put the tables' settings back (and drop the old table with
     --allow-destructive, unless the models declare it)."""
     from tsmigrate.instance import records
@@ -247,6 +292,11 @@ def finish(table, project, choice, allow_destructive, force, accept_target_write
     declared = _declared_tables(project, models) if allow_destructive else frozenset()
     with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
+        if rewrite.phase == machine.DONE and not (allow_destructive and not rewrite.get("source_dropped")):
+            console.print(f"{rewrite.target}: already done"
+                          + ("" if rewrite.get("source_dropped") else
+                             f"; {rewrite.source} kept (finish --allow-destructive drops it)"))
+            return
         report = ApplyProgress(err_console)  # in a pipe: a line every few seconds while it verifies
         run, step = _recorded(client, "finish", "rewrite_finish", rewrite.target)
         with records.drop_seen(run, client, rewrite.source, watch=allow_destructive), step, \
@@ -256,9 +306,15 @@ def finish(table, project, choice, allow_destructive, force, accept_target_write
                 done = driver.finish(client, driver.spec_of(client, target.embedded), runner,
                                      allow_destructive, force=force,
                                      accept_target_writes=accept_target_writes,
+                                     accept_conflicts=accept_conflicts,
                                      declared=declared, report=report)
             finally:
                 report.close()
+        accepted = done.get("conflicts_accepted") or []
+        if accepted:
+            run.done(records.Action("accept_conflicts",
+                                    f"accept {len(accepted)} conflict(s) of {done.target}: "
+                                    + "; ".join(accepted), done.target, "destructive"))
     verification = done.get("verification") or {}
     changed = verification.get("changed_meanwhile", 0)
     console.print(f"{done.target}: done"
@@ -267,7 +323,19 @@ def finish(table, project, choice, allow_destructive, force, accept_target_write
                   + (f" ({changed} row(s) changed by services on the new model)" if changed else "")
                   + (f"; {done.source} dropped." if allow_destructive else
                      f"; {done.source} kept (drop it with finish --allow-destructive or "
-                     "apply --prune)."))
+                     f"apply --prune). Writes to {done.source} from now on are carried by nothing: "
+                     "services still writing it outside the model API lose them.")
+                  + _late_summary(done))
+
+
+def _late_summary(done: Any) -> str:
+    stats = done.get("late_stats") or {}
+    accepted = done.get("conflicts_accepted") or []
+    if not stats.get("late_writes") and not accepted:
+        return ""
+    return (f" Late writes: {stats.get('late_writes', 0)} found, {stats.get('carried', 0)} "
+            f"version(s) carried, {stats.get('conflicts', 0)} conflict(s)"
+            + (f", {len(accepted)} accepted" if accepted else "") + ".")
 
 
 def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
@@ -301,16 +369,28 @@ def _declared_tables(project: Any, models: tuple[str, ...]) -> frozenset[str]:
 @click.argument("table")
 @project_option
 @with_target
+@click.option("--discard-target-writes", is_flag=True,
+              help="After a revert: abort although late writes to the new table conflict with "
+                   "the old one (they are dropped with it; recorded in history).")
 @reports_errors
-def abort(table, project, choice):
+def abort(table, project, choice, discard_target_writes):
     """Drop the target and put the source's stream back; the source's rows are untouched."""
     from tsmigrate.instance import records
     from tsmigrate.rewrite import driver, machine
 
     with connected(project, choice) as (client, _target):
         rewrite = _rewrite_of(client, table)
+        if rewrite.phase == machine.ABORTED:
+            console.print(f"{rewrite.target}: already aborted; {rewrite.source} left as it was.")
+            return
         run, step = _recorded(client, "abort", "rewrite_abort", rewrite.target)
         with records.drop_seen(run, client, rewrite.target), step, \
                 machine.Runner(client, rewrite.target) as runner:
-            aborted = driver.abort(client, runner)
+            aborted = driver.abort(client, runner, discard_target_writes=discard_target_writes,
+                                   report=_fence_report)
+        discarded = aborted.get("conflicts_accepted") or []
+        if discarded:
+            run.done(records.Action("discard_target_writes",
+                                    f"discard {len(discarded)} late write(s) to {aborted.target}: "
+                                    + "; ".join(discarded), aborted.target, "destructive"))
     console.print(f"{aborted.target}: aborted; {aborted.target} dropped, {aborted.source} left as it was.")

@@ -7,12 +7,14 @@
 `ots.server` exposes runtime knobs (`server.options.latency_ms`, `.faults`, `.table_ops_per_s`,
 `.cu_adjust_interval_s`, `.global_index_lag_ms`, `server.clock_offset`); `ots.fresh_instance()`
 gives an empty instance on the same server, which isolates tests far more cheaply than deleting
-tables.
+tables. ``HeldRequest`` holds one request of an SDK client before it is sent: a request slow in
+the network, as late-write tests and benchmarks need.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,3 +99,33 @@ def local_tablestore(
         yield LocalTablestore(server, instance, access_key_id, access_key_secret)
     finally:
         server.close()
+
+
+class HeldRequest:
+    """An SDK client's connection with the first request of ``api`` (whose body contains
+    ``marker``, when given) held before it is sent until ``release`` is set (``hold_s`` at
+    most): a request slow in the network. ``held`` is set once it waits. Installs itself on
+    ``client`` (``OTSClient``: its ``connection``)."""
+
+    def __init__(self, client: OTSClient, api: str, marker: bytes = b"", hold_s: float = 60.0):
+        self.inner = client.connection
+        self.api = api
+        self.marker = marker
+        self.hold_s = hold_s
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self._taken = False
+        self._lock = threading.Lock()
+        client.connection = self
+
+    def send_receive(self, url: str, headers: Any, body: bytes) -> Any:
+        with self._lock:
+            hold = not self._taken and url.endswith("/" + self.api) and self.marker in body
+            self._taken = self._taken or hold
+        if hold:
+            self.held.set()
+            self.release.wait(self.hold_s)
+        return self.inner.send_receive(url, headers, body)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

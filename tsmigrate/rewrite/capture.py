@@ -261,6 +261,8 @@ class Capture:
     """Follows the source's stream into the target. ``split_of(key)`` gives the split index of
     a source key; ``split_done(index)`` whether that split's backfill finished."""
 
+    change_type: type[Change] = Change  # what a key's records are gathered into until its sync
+
     def __init__(
         self,
         client: Any,
@@ -293,10 +295,6 @@ class Capture:
         self.touched: set[int] | None = None if touched is None else set(touched)
         # Rows capture could not carry: formatted source key -> {"reason", "at_ms"}
         self.set_aside: dict[str, dict[str, Any]] = dict(position.get("set_aside") or {})
-        # A target that takes no UpdateRow (allow_update=False) gets whole rows (``_write_whole``)
-        self.whole_rows = not job.target.options.allow_update
-        self._declared = sorted({c.name for c in (*job.target.defined_columns,
-                                                  *job.target.attributes)})
         self.stats = Stats()
 
     # -- the position ----------------------------------------------------------------------------
@@ -414,7 +412,7 @@ class Capture:
                 waiting.add(split)
                 running.add(split)
                 self.stats.deferred += 1
-            into.setdefault(source_key, Change()).add(record, record_time(record, read_ms), old)
+            into.setdefault(source_key, self.change_type()).add(record, record_time(record, read_ms), old)
         if now:
             self.sync(now)
             self.stats.applied += len(now)
@@ -591,13 +589,15 @@ class Capture:
             newest = max((stamp for stamp, _ in versions.get(name, ())), default=change.time)
             row.drop(name, max(change.time, newest), kept)
 
-    def _write(self, rows: Iterable[_TargetRow]) -> list[Key]:
-        """Write what changed in ``rows``: UpdateRows of the versions put (the cells' bytes as
-        read, compared by those bytes) and deleted, DeleteRow for rows that are gone, PutRow of
-        a bare key for a source row without cells. A target that takes no UpdateRow gets whole
-        rows instead (``_write_whole``). Returns the target keys whose guarded write was refused."""
-        if self.whole_rows:
-            return self._write_whole(rows)
+    def _write(self, rows: Iterable[_TargetRow], table: Any = None) -> list[Key]:
+        """Write what changed in ``rows`` of ``table`` (the target unless named): UpdateRows of
+        the versions put (the cells' bytes as read, compared by those bytes) and deleted,
+        DeleteRow for rows that are gone, PutRow of a bare key for a source row without cells. A
+        table that takes no UpdateRow (allow_update=False) gets whole rows instead
+        (``_write_whole``). Returns the keys whose guarded write was refused."""
+        table = table or self.job.target
+        if not table.options.allow_update:
+            return self._write_whole(rows, table)
         updates: list[tuple[list[tuple[str, Any]], list[Any]]] = []
         gone: list[list[tuple[str, Any]]] = []
         bare: list[TargetRow] = []
@@ -617,25 +617,26 @@ class Capture:
                         if (name, stamp) not in row.cells]
             if changes:
                 updates.append((list(row.key), ordered_changes(
-                    changes, before, self.job.target.options.max_versions)))
+                    changes, before, table.options.max_versions)))
         if gone:
-            self.writer.delete_keys(self.client, self.job.target.name, gone)
+            self.writer.delete_keys(self.client, table.name, gone)
         if bare:
-            self.writer.write_rows(self.client, self.job.target.name, bare)
+            self.writer.write_rows(self.client, table.name, bare)
         if updates:
-            self.writer.update_rows(self.client, self.job.target.name, updates)
+            self.writer.update_rows(self.client, table.name, updates)
         return []
 
-    def _write_whole(self, rows: Iterable[_TargetRow]) -> list[Key]:
+    def _write_whole(self, rows: Iterable[_TargetRow], table: Any) -> list[Key]:
         """PutRow of every changed row whole (each cell with its timestamp, the newest
         ``max_versions`` of a column, as the table keeps them) and DeleteRow of rows that are
         gone, each guarded by the row as read (``_guard``)."""
-        keep = self.job.target.options.max_versions
+        keep = table.options.max_versions
+        declared = sorted({c.name for c in (*table.defined_columns, *table.attributes)})
         puts, deletes = [], []
         for row in rows:
             if not row.exists:
                 if row.existed:
-                    deletes.append((list(row.key), self._guard(row)))
+                    deletes.append((list(row.key), self._guard(row, declared)))
                 continue
             if row.existed and row.cells == row.before:
                 continue
@@ -644,11 +645,11 @@ class Capture:
                 versions.setdefault(name, []).append((stamp, encoded))
             cells = [encoded for name in sorted(versions)
                      for _, encoded in sorted(versions[name], key=lambda v: -v[0])[:keep]]
-            puts.append((list(row.key), cells, self._guard(row)))
-        refused = self.writer.write_whole_rows(self.client, self.job.target.name, puts, deletes)
+            puts.append((list(row.key), cells, self._guard(row, declared)))
+        refused = self.writer.write_whole_rows(self.client, table.name, puts, deletes)
         return [_key(key) for key in refused]
 
-    def _guard(self, row: _TargetRow) -> bytes:
+    def _guard(self, row: _TargetRow, declared: list[str]) -> bytes:
         """The condition that the row is still as read: absent, or present with the same newest
         value of each column (and still without the declared columns it lacked), as far as
         one condition's ``GUARD_COLUMNS`` comparisons go. A write that changed no value (the same
@@ -663,7 +664,7 @@ class Capture:
                 newest[name] = (stamp, cell)
         values = [(name, cell_value(cell)) for name, (_, cell) in sorted(newest.items())]
         values = values[:guard_columns]
-        absent = [name for name in self._declared if name not in newest]
+        absent = [name for name in declared if name not in newest]
         absent = absent[:(guard_columns - len(values)) // 2]  # two comparisons each
         column = self.writer.values_unchanged(values, absent) if values or absent else None
         return self.writer.row_condition(pb.EXPECT_EXIST, column)

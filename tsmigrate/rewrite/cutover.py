@@ -31,7 +31,7 @@ from typing import Any
 
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import machine, prepare
+from tsmigrate.rewrite import late, machine, prepare
 from tsmigrate.rewrite.job import RewriteJob
 from tsmigrate.rewrite.reverse import live_clients, make_reverse_capture, save_reverse
 from tsmigrate.service import routing
@@ -166,7 +166,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
     rewrite = runner.rewrite
     job = driver.job_of(rewrite)
     if rewrite.phase == machine.SWITCHED:
-        return rewrite
+        return rewrite  # a rerun: already switched (the command says so)
     if rewrite.phase == machine.REVERTING:  # a killed revert: the target is still the side of record
         return _lower(client, runner, machine.SWITCHED, report)
     if rewrite.phase == machine.READY:
@@ -178,7 +178,14 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
                 f"reverse capture: {job.source.name} stays as it is at the switch, revert is "
                 "refused, finish as usual"
             )
-        capture = driver.make_capture(client, rewrite)
+        if late.watching(rewrite) == rewrite.target:
+            # Since a revert: late writes to the target go to the source first, where capture
+            # and verification see them as the source's own.
+            late.settle(client, runner, report)
+            refused = late.set_aside_error(runner.rewrite, "switch refused")
+            if refused is not None:
+                raise refused
+        capture = driver.make_capture(client, runner.rewrite)
         driver.catch_up(runner, capture, report)
         refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
         if refused is not None:
@@ -192,6 +199,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
                     routing_lease_s=float(lease_s or previous), previous_lease_s=previous,
                     fence_version=runner.rewrite.version + 1, error=None,
                     no_revert=(problem or ASKED_NO_REVERT) if no_revert else None)
+        late.fence_raised(client, runner)
     elif rewrite.phase != machine.SWITCHING:
         raise driver.not_ready(rewrite, "switch needs phase ready")
     runner.lease_s = FENCE_LEASE_S
@@ -224,15 +232,22 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
             f"`tsmigrate rewrite status {job.target.name}` shows the rewrite"
         )
     reverse = None
+    if late.watching(runner.rewrite) == job.target.name:
+        # Since a revert the target's stream was read by the net: drained once more under the
+        # fence, reverse capture goes on from there.
+        drained = late.drain(client, runner, report)
+        assert drained is not None
+        reverse = {**drained.position(), "set_aside": {}}
     if not runner.rewrite.get("no_revert"):
         enable_target_stream(client, runner, job)  # on since before the fence, unless that was lost
         # A second switch goes on from where the revert drained reverse capture.
-        reverse = (runner.rewrite.get("reverse_capture")
+        reverse = (reverse or runner.rewrite.get("reverse_capture")
                    or prepare.capture_start(RawClient(client), job.target.name))
+    net = late.begin(client, runner, job.source.name, runner.rewrite.doc["capture"])
     held_ms = machine.now_ms() - fence_ms
     return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,
                        fence={**acks, "held_ms": held_ms, "to": machine.TARGET},
-                       previous_lease_s=None)
+                       previous_lease_s=None, late_net=net, late_lag_s=None)
 
 
 def _fence_down(fence_ms: int, to: str) -> dict[str, Any]:
@@ -289,6 +304,7 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
             raise refused
         runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(),
                     fence_version=runner.rewrite.version + 1)
+        late.fence_raised(client, runner)
     elif rewrite.phase != machine.REVERTING:
         raise machine.RewriteError(
             f"the rewrite into {rewrite.target} is {rewrite.phase}; revert needs phase switched "
@@ -322,9 +338,12 @@ def _lower_fenced(client: Any, runner: machine.Runner, to: str, report: Report) 
                     previous_lease_s=None, error=str(refused)[:2000])
         raise refused
     if to == machine.READY:
-        # The source changed under reverse capture: verification reads every split again.
+        # The source changed under reverse capture: verification reads every split again. The
+        # net watches the target from where reverse capture drained, until the next switch.
+        net = late.begin(client, runner, runner.rewrite.target, capture.position())
         return runner.save(phase=machine.READY, touched_splits=None, reverted_ms=machine.now_ms(),
-                           fence=fence, previous_lease_s=None)
+                           fence=fence, previous_lease_s=None, late_net=net,
+                           late_lag_s=None)
     return runner.save(phase=machine.SWITCHED, fence=fence, previous_lease_s=None)
 
 

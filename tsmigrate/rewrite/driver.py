@@ -409,19 +409,14 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
         return (deadline is not None and time.monotonic() >= deadline) or (
             stop is not None and stop.is_set())
 
-    from tsmigrate.rewrite import reverse  # not before: it imports the service layer, apply needs none
-
     if runner.rewrite.phase not in (machine.READY, machine.SWITCHED):
         raise not_ready(runner.rewrite, "follow runs in phase ready or switched")
     while not over():
-        phase = runner.rewrite.phase
-        if phase == machine.READY:
-            _follow(runner, make_capture(client, runner.rewrite), _save_capture, over, report)
-        elif phase == machine.SWITCHED and runner.rewrite.get("no_revert"):
-            _idle(runner, over)  # reverse capture is off: nothing to carry, wait for the next command
-        elif phase == machine.SWITCHED:
-            _follow(runner, reverse.make_reverse_capture(client, runner.rewrite), reverse.save_reverse,
-                    over, report)
+        captures = _captures(client, runner.rewrite)
+        if captures:
+            _follow(runner, captures, over, report)
+        else:
+            _idle(runner, over)  # switched --no-revert before the net existed: nothing to carry
         if over():
             return
         phase = runner.rewrite.phase
@@ -444,22 +439,46 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
                 return
 
 
-def _follow(runner: machine.Runner, capture: capture_mod.Capture,
-            save: Callable[..., Any], over: Callable[[], bool], report: Report) -> None:
-    """Apply ``capture`` until ``over()``, or until another command wants the rewrite."""
+def _captures(client: Any, rewrite: machine.Rewrite) -> list[tuple[capture_mod.Capture, Callable[..., Any]]]:
+    """What ``follow`` runs in the rewrite's phase, each with how its position is saved: forward
+    capture (ready) or reverse capture (switched, unless --no-revert), and the late-write net
+    watching the side services left (``late``), when there is one."""
+    from tsmigrate.rewrite import late, reverse  # not before: they import the service layer
+
+    found: list[tuple[capture_mod.Capture, Callable[..., Any]]] = []
+    if rewrite.phase == machine.READY:
+        found.append((make_capture(client, rewrite), _save_capture))
+    elif not rewrite.get("no_revert"):
+        found.append((reverse.make_reverse_capture(client, rewrite), reverse.save_reverse))
+    net = late.make(client, rewrite)
+    if net is not None:
+        found.append((net, late.save))
+    return found
+
+
+def _follow(runner: machine.Runner, captures: list[tuple[capture_mod.Capture, Callable[..., Any]]],
+            over: Callable[[], bool], report: Report) -> None:
+    """Apply ``captures`` in turn until ``over()``, or until another command wants the rewrite."""
     from tsmigrate.rewrite import capture as capture_mod
 
     phase = runner.rewrite.phase
     last_save = 0.0
+    failed = None
     try:
         while not over():
-            read = capture.step()
+            read = 0
+            for capture, _save in captures:
+                failed = capture
+                read += capture.step()
+            failed = None
             if time.monotonic() - last_save > SAVE_EVERY_S:
-                save(runner, capture)
+                for capture, save in captures:
+                    save(runner, capture)
                 last_save = time.monotonic()
                 if runner.handover_requested or runner.rewrite.phase != phase:
                     break
-            report("capture", {"lag_s": capture.lag_s(), "direction": phase, **attrs.asdict(capture.stats)})
+            first = captures[0][0]
+            report("capture", {"lag_s": first.lag_s(), "direction": phase, **attrs.asdict(first.stats)})
             if not read:
                 time.sleep(CAPTURE_IDLE_S)
     except BaseException as exc:
@@ -467,15 +486,17 @@ def _follow(runner: machine.Runner, capture: capture_mod.Capture,
         # and why, not the lag it last had. A pause, abort or takeover is the rewrite's story.
         why = (None if isinstance(exc, (machine.Interrupted, machine.RewriteConflict))
                else (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:ERROR_CHARS])
-        with contextlib.suppress(Exception):
-            save(runner, capture, stopped_by=why)
+        for capture, save in captures:
+            with contextlib.suppress(Exception):
+                save(runner, capture, stopped_by=why if capture is failed else None)
         if isinstance(exc, capture_mod.CaptureLost):
             # Kept on the rewrite, so `rewrite status` says why and how to start again.
             with contextlib.suppress(machine.RewriteError):
                 runner.save(error=str(exc)[:2000])
         raise
-    with contextlib.suppress(machine.RewriteError):
-        save(runner, capture)
+    for capture, save in captures:
+        with contextlib.suppress(machine.RewriteError):
+            save(runner, capture)
 
 
 def _idle(runner: machine.Runner, over: Callable[[], bool]) -> None:
@@ -501,13 +522,17 @@ def not_ready(rewrite: machine.Rewrite, needs: str) -> machine.RewriteError:
 
 
 def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_destructive: bool,
-           report: Report = quiet, *, force: bool = False,
-           accept_target_writes: bool = False, declared: Collection[str] = ()) -> machine.Rewrite:
-    """End the rewrite: after ``switch`` (the target is the table of record), drain reverse
-    capture and stop it; with ``force`` from ready (services that write without the model API
-    moved by their own deploy), catch up and verify as the cut-over. Then put the tables'
+           report: Report = quiet, *, force: bool = False, accept_target_writes: bool = False,
+           accept_conflicts: bool = False, declared: Collection[str] = ()) -> machine.Rewrite:
+    """End the rewrite: after ``switch`` (the target is the table of record), wait until the
+    late-write net read past the fence by more than a request can take (``late.settle``), drain
+    reverse capture and stop it; with ``force`` from ready (services that write without the model
+    API moved by their own deploy), catch up and verify as the cut-over. Conflicts the net found
+    refuse it unless ``accept_conflicts`` (kept as ``conflicts_accepted``). Then put the tables'
     settings back, and drop the old table with ``allow_destructive``, unless it is one of
     ``declared`` (the tables the models declare): then nothing is done."""
+    from tsmigrate.rewrite import late
+
     rewrite = runner.rewrite
     if allow_destructive and rewrite.source in declared:
         # Refused before anything moves: dropping it would take a declared table from its model.
@@ -516,16 +541,11 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
             f"table= name) first, or finish without --allow-destructive to keep {rewrite.source}"
         )
     if rewrite.phase == machine.DONE:
-        # Finished earlier with the old table kept: --allow-destructive now drops it, as the
-        # message of that finish says.
+        # A rerun, or --allow-destructive after a finish that kept the old table.
         if allow_destructive and rewrite.source in client.list_table():
             drop_table(client, rewrite.source)
             return runner.save(source_dropped=True)
-        raise machine.RewriteError(
-            f"the rewrite into {rewrite.target} is already done"
-            + ("" if allow_destructive else
-               f"; finish --allow-destructive drops {rewrite.source} if it is still there")
-        )
+        return rewrite
     if rewrite.phase == machine.READY and not force:
         raise machine.RewriteError(
             f"the rewrite into {rewrite.target} is ready, not switched: services on the model API "
@@ -534,26 +554,36 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
             "(tsmigrate.service Rows/AsyncRows) and were moved by their own deploy"
         )
     if rewrite.phase in (machine.READY, machine.SWITCHED):
-        runner.save(phase=machine.FINISHING, finish_from=rewrite.phase)
+        # From ready, finishing is a fence (services hold their writes): since when, for status.
+        fence = {"fence_ms": machine.now_ms()} if rewrite.phase == machine.READY else {}
+        runner.save(phase=machine.FINISHING, finish_from=rewrite.phase, **fence)
     elif rewrite.phase != machine.FINISHING:
         raise not_ready(rewrite, "finish needs phase ready" if force else "finish needs phase switched")
     came_from = runner.rewrite.get("finish_from") or machine.READY
     job = job_of(runner.rewrite)
     try:
-        if came_from == machine.SWITCHED and not runner.rewrite.get("no_revert"):
+        # Late writes to the side services left are carried first (and, after a revert, are
+        # then the source's own for verification).
+        late.settle(client, runner, report)
+        refused = late.set_aside_error(runner.rewrite, "finish refused")
+        if refused is None and not accept_conflicts:
+            refused = late.refusal(client, runner.rewrite, "finish refused", "--accept-conflicts")
+        if refused is None and came_from == machine.SWITCHED and not runner.rewrite.get("no_revert"):
             drain_reverse(client, runner, report)
             refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "finish refused")
-        elif came_from == machine.READY:
+        elif refused is None and came_from == machine.READY:
             _verify_forced(client, spec, runner, accept_target_writes, report)
             refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "finish refused")
-        else:
-            refused = None  # switched with --no-revert: the old table stays as it was at the switch
         if refused is not None:
             raise refused
     except Exception as exc:
         with contextlib.suppress(Exception):
             runner.save(phase=came_from, error=str(exc)[:2000])
         raise
+    if accept_conflicts:
+        accepted = late.accept(client, runner.rewrite.target)
+        if accepted:
+            runner.save(conflicts_accepted=[late.describe(c) for c in accepted][:100])
     declared = runner.rewrite.get("declared_deviation")
     if declared is not None:
         prepare.set_deviation(client, job.target, int(declared))
@@ -623,8 +653,13 @@ def drop_table(client: Any, name: str) -> None:
     client.delete_table(name)
 
 
-def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
-    """Drop the target and put the source's stream back; the source's rows are never touched."""
+def abort(client: Any, runner: machine.Runner, *, discard_target_writes: bool = False,
+          report: Report = quiet) -> machine.Rewrite:
+    """Drop the target and put the source's stream back; the source's rows are never touched.
+    After a revert, late writes to the target are carried to the source first (``late.settle``);
+    those that conflict refuse it unless ``discard_target_writes``."""
+    from tsmigrate.rewrite import late
+
     rewrite = runner.rewrite
     if not rewrite.active:
         raise machine.RewriteError(f"the rewrite into {rewrite.target} is already {rewrite.phase}")
@@ -634,6 +669,19 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
             f"{rewrite.target} as the table of record, and abort drops it. "
             f"`tsmigrate rewrite revert {rewrite.target}` first (then abort)"
         )
+    if late.watching(rewrite) == rewrite.target:
+        late.settle(client, runner, report)
+        refused = late.set_aside_error(runner.rewrite, "abort refused")
+        if refused is None and not discard_target_writes:
+            refused = late.refusal(client, runner.rewrite, "abort refused: the new table holds "
+                                   "writes tsmigrate did not copy to the old one",
+                                   "--discard-target-writes")
+        if refused is not None:
+            raise refused
+        discarded = late.unaccepted(client, rewrite.target)
+        if discarded:
+            runner.save(conflicts_accepted=[late.describe(c) for c in discarded][:100])
+        rewrite = runner.rewrite
     job = job_of(rewrite)
     if job.target.name in client.list_table():
         with contextlib.suppress(ts.OTSServiceError):
@@ -646,6 +694,7 @@ def abort(client: Any, runner: machine.Runner) -> machine.Rewrite:
     from tsmigrate.rewrite import checkpoints, reverse
 
     checkpoints.clear(client, job.id)
+    late.forget(client, rewrite.target)
     aborted = runner.save(phase=machine.ABORTED, aborted_ms=machine.now_ms())
     reverse.forget_clients(client, aborted.target)
     return aborted

@@ -194,6 +194,9 @@ _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "target_stream_was": (dict,), "reverse_capture": (dict,), "reverse_stats": (dict,),
     "capture_error": (str,), "reverse_error": (str,),
     "touched_splits": (list,),
+    # The late-write net (``late``): what it watches and from where, its counts, what was accepted
+    "late_net": (dict,), "late_stats": (dict,), "late_error": (str,), "conflicts_accepted": (list,),
+    "late_lag_s": _NUMBER, "late_at_ms": _NUMBER, "fence_server_ms": _NUMBER, "routing_ack_s": _NUMBER,
     "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
     "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
     "declared_deviation": _NUMBER, "source_declared_deviation": _NUMBER,

@@ -467,6 +467,12 @@ def _side_text(data: dict[str, Any]) -> str:
     return data["source"] if side == machine.SOURCE else data["target"]
 
 
+def late_wait_line(data: dict[str, Any]) -> str:
+    """What a command waits for before it trusts that no late write can still land."""
+    return (f"late writes: waiting {data['seconds']:.1f}s more, then reading the stream of the "
+            f"table services left a last time; an acknowledged write lands within {data['why']}")
+
+
 class ApplyProgress:
     """The report callback apply gives a rewrite: a rich progress bar during the backfill
     (rows, rows/s, ETA, splits running and done), then capture lag and verification lines.
@@ -497,6 +503,9 @@ class ApplyProgress:
             self._stop()
             self.console.print("verification: " + ("[green]ok[/]" if data["ok"] else
                                                    "[yellow]differences, re-checking[/]"))
+        elif event == "late-wait":
+            self._stop()
+            self.console.print(late_wait_line(data), markup=False)
 
     def _backfill(self, progress: Any) -> None:
         checkpoints = list(getattr(progress, "splits", []))

@@ -46,6 +46,10 @@ STATE_TABLE = "tsmigrate_state"  # tsmigrate.instance.state.STATE_TABLE, without
 REWRITE_KIND = "rewrite"
 CLIENT_KIND = "rewrite-client"
 LEASE_S = 2.0  # how long a process trusts the state it read (a rewrite may set its own)
+# A routed write answered later than this after it was sent is not acknowledged (an error says
+# it may have landed): so no acknowledged write lands on a side more than LEASE_S + ACK_S after
+# the fence, which is how long finish waits for late writes (a rewrite may set its own).
+ACK_S = 10.0
 HOLD_S = 30.0  # the longest a write waits for a fence (switch, revert) to come down
 REFRESH_WAIT_S = 10.0  # how long an expired lease is retried before writes stop with an error
 POLL_S = 0.05  # how often a held write reads the state again
