@@ -155,20 +155,23 @@ def get_row(client: ts.OTSClient, table: str, key: list[tuple[str, Any]]) -> dic
     return {name: value for name, value, *_ts in row.attribute_columns}
 
 
-def scan_prefix(
-    client: ts.OTSClient, table: str, first: tuple[str, Any], second: str
-) -> list[tuple[Any, dict[str, Any]]]:
-    """Every row whose first key column equals ``first``: (second key value, attributes)."""
+def scan_prefix_rows(client: ts.OTSClient, table: str, first: tuple[str, Any], second: str) -> Iterator[Any]:
+    """Every row (the SDK's, newest version of each cell) whose first key column equals ``first``."""
     start = [first, (second, ts.INF_MIN)]
     end = [first, (second, ts.INF_MAX)]
-    rows = []
     while start:
         _consumed, start, page, _token = client.get_range(
             table, ts.Direction.FORWARD, start, end, max_version=1
         )
-        for row in page:
-            rows.append((row.primary_key[1][1], {n: v for n, v, *_ in row.attribute_columns}))
-    return rows
+        yield from page
+
+
+def scan_prefix(
+    client: ts.OTSClient, table: str, first: tuple[str, Any], second: str
+) -> list[tuple[Any, dict[str, Any]]]:
+    """Every row whose first key column equals ``first``: (second key value, attributes)."""
+    return [(row.primary_key[1][1], {n: v for n, v, *_ in row.attribute_columns})
+            for row in scan_prefix_rows(client, table, first, second)]
 
 
 def create_state_table(client: ts.OTSClient, name: str) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import tablestore as ts
 
+from tsmigrate.instance import adapter
 from tsmigrate.instance.state import STATE_TABLE
 
 CLOCK_KIND = "clock"
@@ -32,15 +33,6 @@ def scan_stamped(client: Any, table: str, first: tuple[str, Any],
                  second: str) -> list[tuple[Any, dict[str, Any], dict[str, int]]]:
     """Every row whose first key column equals ``first``: (second key value, attributes, the
     service's timestamp of each attribute's newest cell)."""
-    start = [first, (second, ts.INF_MIN)]
-    end = [first, (second, ts.INF_MAX)]
-    rows = []
-    while start:
-        _consumed, start, page, _token = client.get_range(
-            table, ts.Direction.FORWARD, start, end, max_version=1
-        )
-        for row in page:
-            cells = row.attribute_columns
-            rows.append((row.primary_key[1][1], {c[0]: c[1] for c in cells},
-                         {c[0]: int(c[2]) for c in cells}))
-    return rows
+    return [(row.primary_key[1][1], {c[0]: c[1] for c in row.attribute_columns},
+             {c[0]: int(c[2]) for c in row.attribute_columns})
+            for row in adapter.scan_prefix_rows(client, table, first, second)]

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import tablestore as ts
@@ -475,8 +475,9 @@ class Capture:
                 self._put_aside(source_key, str(exc))
         return again
 
-    def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
-        """Sync one batch (see ``sync``); returns the source keys whose guarded write was refused."""
+    def _read_batch(self, batch: dict[Key, Change]) -> tuple[list[Planned], dict[Key, _TargetRow]]:
+        """The source rows of ``batch`` as read now, each with its target key and cells (a row
+        that cannot be transformed is set aside), and the target rows they map to and left."""
         target = self.job.target
         current = read_raw_rows(self.raw, self.job.source.name, list(batch),
                                 copy.versions(self.job), self.transform.key_sources)
@@ -489,23 +490,27 @@ class Capture:
             except TsmigrateError as exc:
                 self._put_aside(source_key, getattr(exc, "reason", None) or str(exc))
                 continue
-            planned.append((source_key, change, cells, new_key))
+            planned.append(Planned(source_key, change, row, cells, new_key))
             wanted += [*([new_key] if new_key else []), *change.olds]
         found = read_raw_rows(self.raw, target.name, wanted, target.options.max_versions)
-        rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+        return planned, {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+
+    def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
+        """Sync one batch (see ``sync``); returns the source keys whose guarded write was refused."""
+        planned, rows = self._read_batch(batch)
         # The target keys rows left first: a row moving in within the same batch merges
         # into what they leave.
-        for source_key, change, _cells, new_key in planned:
+        for source_key, change, _row, _cells, new_key in planned:
             for old, when in change.olds.items():
                 if old != new_key:
                     self._vacate(rows[old], source_key, when)
-        for _source_key, change, cells, new_key in planned:
+        for _source_key, change, _row, cells, new_key in planned:
             if new_key is not None:
                 arrived = change.arrived or any(old != new_key for old in change.olds)
                 self._merge(rows[new_key], cells, change, arrived)
         refused = set(self._write(rows.values()))
         again = {}
-        for source_key, change, _cells, new_key in planned:
+        for source_key, change, _row, _cells, new_key in planned:
             if refused.intersection([new_key, *change.olds]):
                 again[source_key] = change
             else:
@@ -668,6 +673,17 @@ class Capture:
         absent = absent[:(guard_columns - len(values)) // 2]  # two comparisons each
         column = self.writer.values_unchanged(values, absent) if values or absent else None
         return self.writer.row_condition(pb.EXPECT_EXIST, column)
+
+
+class Planned(NamedTuple):
+    """A source key of a batch being synced: its change, its row as read now (None: gone), and
+    that row's target key and cells (None, []: gone)."""
+
+    source_key: Key
+    change: Change
+    row: RawRow | None
+    cells: list[RawCell]
+    new_key: Key | None
 
 
 @attrs.define(slots=True)

@@ -43,7 +43,7 @@ import attrs
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
-from tsmigrate.rewrite import copy, machine
+from tsmigrate.rewrite import machine
 from tsmigrate.rewrite.capture import (
     Capture,
     Change,
@@ -52,7 +52,6 @@ from tsmigrate.rewrite.capture import (
     Record,
     Stats,
     _TargetRow,
-    read_raw_rows,
 )
 from tsmigrate.rewrite.rowbytes import cell_value
 from tsmigrate.rewrite.transform import format_key
@@ -162,27 +161,13 @@ class LateWrites(Capture):
         self.stats = NetStats(**kept)
 
     def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
-        watched, record = self.job.source, self.job.target
-        current = read_raw_rows(self.raw, watched.name, list(batch), copy.versions(self.job),
-                                self.transform.key_sources)
-        planned = []
-        wanted: list[Key] = []
-        for source_key, change in batch.items():
-            row = current.get(source_key)
-            try:
-                new_key, cells = (None, []) if row is None else self._target_of(source_key, row)
-            except TsmigrateError as exc:
-                self._put_aside(source_key, getattr(exc, "reason", None) or str(exc))
-                continue
-            mapped = {(c[0], c[1]): (c[2], c[3]) for c in cells}
-            planned.append((source_key, change, row, new_key, mapped))
-            wanted += [*([new_key] if new_key else []), *change.olds]
-        found = read_raw_rows(self.raw, record.name, wanted, record.options.max_versions)
-        rows = {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+        watched = self.job.source
+        planned, rows = self._read_batch(batch)
         repairs: dict[Key, _TargetRow] = {}
         states: dict[Key, _KeyState] = {}
-        for source_key, change, row, new_key, mapped in planned:
+        for source_key, change, row, cells, new_key in planned:
             assert isinstance(change, LateChange)
+            mapped = {(c[0], c[1]): (c[2], c[3]) for c in cells}
             outcome = self._settle_key(source_key, change, row, new_key, mapped, rows, states)
             if outcome is not None:
                 repairs[source_key] = outcome
@@ -191,7 +176,7 @@ class LateWrites(Capture):
                 _save_key_state(self.client, self.rewrite, watched.name, source_key, state)
         refused = set(self._write(rows.values()))
         again: dict[Key, Change] = {}
-        for source_key, change, _row, new_key, _mapped in planned:
+        for source_key, change, _row, _cells, new_key in planned:
             if refused.intersection([new_key, *change.olds]):
                 again[source_key] = change
             else:
