@@ -29,6 +29,11 @@ Public API (the rewrite engine and any other caller use these rather than loops 
 - ``rejected(exc)``, ``ambiguous(exc)``, ``retryable(exc, api)``: the classification above.
 - ``unreachable(exc)``: the connection already gave up on an endpoint that never answered
   (``FIRST_CONTACT_RETRIES``); a caller's own retry loop gives up too.
+- ``SEND_WINDOW`` / ``SendWindow``: until when the attempts of one call may be sent (set by the
+  routing of ``tsmigrate.service``: a write goes only while the route it took is trusted).
+  ``guard(client)`` makes every attempt of the client's calls check it at its connection,
+  whatever its retry policy, and raise ``WindowClosed`` rather than send once it closed; the
+  policy here also stops retrying then (``should_retry``), so the last error reaches the caller.
 
 A conditional write (``expect="not_exist"``, a column condition) that the policy retried after
 an ambiguous failure may answer ``OTSConditionCheckFail`` because the first attempt did land;
@@ -125,6 +130,41 @@ def _throttled(exc: BaseException) -> bool:
     return exc.code in THROTTLING_CODES or (exc.code, exc.message) == TOO_FREQUENT
 
 
+class SendWindow:
+    """Until when (``time.monotonic()``) the attempts of one call may be sent; what was sent."""
+
+    __slots__ = ("deadline", "failure", "sent")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.sent = 0  # attempts that left this process
+        self.failure: BaseException | None = None  # how the last of them failed, if it did
+
+    def open(self) -> bool:
+        return time.monotonic() < self.deadline
+
+
+# Set around one call whose attempts must all be sent before a deadline (a routed write): the
+# connection (``guard``) refuses to send past it and the policy stops retrying.
+SEND_WINDOW: ContextVar[SendWindow | None] = ContextVar("tsmigrate_send_window", default=None)
+
+
+class WindowClosed(Exception):
+    """An attempt was not sent: the window its caller gave for sending it had closed.
+    ``sent``: attempts of the call sent before (0: the call never left this process);
+    ``failure``: how the last of them failed (None when unknown)."""
+
+    def __init__(self, sent: int, failure: BaseException | None) -> None:
+        super().__init__(f"not sent: its send window closed after {sent} attempt(s)")
+        self.sent = sent
+        self.failure = failure
+
+
+def window_open() -> bool:
+    window = SEND_WINDOW.get()
+    return window is None or window.open()
+
+
 # Set while a caller that repeats a request itself sends it (a conditional write that judges its
 # own lost answers, tsmigrate.service.rows): the client's policy then leaves every retry to it.
 SINGLE_ATTEMPT: ContextVar[bool] = ContextVar("tsmigrate_single_attempt", default=False)
@@ -151,7 +191,7 @@ class TsmigrateRetryPolicy(RetryPolicy):
     def should_retry(self, retry_times: int, exception: BaseException, api_name: str) -> bool:
         return (
             retry_times < self.max_retries and retryable(exception, api_name)
-            and not SINGLE_ATTEMPT.get()
+            and not SINGLE_ATTEMPT.get() and window_open()
         )
 
     def get_retry_delay(self, retry_times: int, exception: BaseException, api_name: str) -> float:
@@ -206,6 +246,101 @@ class RetryingConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def _failure(answer: Any) -> BaseException | None:
+    """The error an HTTP answer of the service carries (None: a success)."""
+    status, _reason, headers, body = answer
+    if 200 <= status < 300:
+        return None
+    from google.protobuf.message import DecodeError
+    from tablestore.protobuf import table_store_pb2
+
+    error = table_store_pb2.Error()
+    try:
+        error.ParseFromString(body)
+    except (DecodeError, TypeError):
+        return OTSClientError(f"HTTP status: {status}", status)
+    return OTSServiceError(status, error.code, error.message, (headers or {}).get("x-ots-requestid", ""))
+
+
+def _sending(window: SendWindow | None) -> None:
+    if window is not None and not window.open():
+        raise WindowClosed(window.sent, window.failure)
+
+
+def _sent(window: SendWindow | None, answer: Any = None, error: BaseException | None = None) -> None:
+    if window is not None:
+        window.sent += 1
+        window.failure = error if error is not None else _failure(answer)
+
+
+class GuardedConnection:
+    """An SDK connection pool that sends an attempt only while the caller's ``SEND_WINDOW`` is
+    open (every attempt: the SDK's retries by any policy, and the socket retries of
+    ``RetryingConnection`` when it wraps this one)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def send_receive(self, url: str, headers: dict[str, str], body: bytes) -> Any:
+        window = SEND_WINDOW.get()
+        _sending(window)
+        try:
+            answer = self.inner.send_receive(url, headers, body)
+        except BaseException as exc:
+            _sent(window, error=exc)
+            raise
+        _sent(window, answer)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class AsyncGuardedConnection(GuardedConnection):
+    """``GuardedConnection`` for an ``AsyncOTSClient``'s pool."""
+
+    async def send_receive(self, url: str, headers: dict[str, str], body: bytes) -> Any:  # type: ignore[override]
+        window = SEND_WINDOW.get()
+        _sending(window)
+        try:
+            answer = await self.inner.send_receive(url, headers, body)
+        except BaseException as exc:
+            _sent(window, error=exc)
+            raise
+        _sent(window, answer)
+        return answer
+
+
+def guard(client: Any) -> Any:
+    """Make every attempt ``client`` sends check ``SEND_WINDOW`` first (``GuardedConnection``);
+    harmless to calls made without one. An ``AsyncOTSClient`` creates its pool when first used
+    (and again after ``close``): each pool it hands out is guarded (the client keeps its own)."""
+    create = getattr(client, "_get_or_create_connection", None)
+    if create is not None:
+        if not getattr(create, "tsmigrate_guarded", False):
+            guards: list[AsyncGuardedConnection] = []
+
+            def guarded() -> Any:
+                pool = create()
+                if not guards or guards[0].inner is not pool:
+                    guards[:] = [AsyncGuardedConnection(pool)]
+                return guards[0]
+
+            guarded.tsmigrate_guarded = True  # type: ignore[attr-defined]
+            client._get_or_create_connection = guarded
+        return client
+    connection = getattr(client, "connection", None)
+    if connection is None:  # not an SDK client (a test's stand-in): nothing to guard
+        return client
+    inner = connection.inner if isinstance(connection, RetryingConnection) else connection
+    if not isinstance(inner, GuardedConnection) and not isinstance(connection, GuardedConnection):
+        if isinstance(connection, RetryingConnection):  # below its socket retries: each checks
+            connection.inner = GuardedConnection(inner)
+        else:
+            client.connection = GuardedConnection(connection)
+    return client
 
 
 def install(client: Any) -> Any:

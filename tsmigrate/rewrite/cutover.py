@@ -114,22 +114,46 @@ def _verify_keys(client: Any, job: RewriteJob, keys: Iterable[tuple]) -> list[st
 def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: Callable[[], Any],
                      report: Report) -> dict[str, Any]:
     """Until every live client acknowledged the fence (its heartbeat saw this version or later)
-    or the lease ran out since the fence went up; ``step`` keeps capture going meanwhile."""
+    or the lease ran out since the fence went up; ``step`` keeps capture going meanwhile.
+
+    Every time here is the service's (``tsmigrate.instance.clock``), not a host's: "now" is the
+    service's time at the start (a cell written and read back) plus this host's monotonic clock
+    since, which never runs ahead of it; a heartbeat's age is now minus the timestamp the service
+    gave its cells. A process writes on a route only within its lease of a heartbeat the service
+    stamped before it read that route (``routing.Router._read_op``): one whose newest heartbeat is
+    older than its lease (plus ``FENCE_MARGIN_S``) holds no route read before the fence, and one
+    whose heartbeat is younger is waited for, whatever its clock says. The fence is up since
+    before the start, so lease + margin past the start no route read before it is trusted.
+    ``fence_ms`` (a host's clock) is not used. Clients waited for that never acknowledged are
+    listed as unacknowledged."""
+    from tsmigrate.instance import clock
+
     rewrite = runner.rewrite
     lease = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
     lease = max(lease, float(rewrite.get("previous_lease_s") or 0))  # routes read under the old one
-    deadline_ms = fence_ms + int((lease + FENCE_MARGIN_S) * 1000)
+    start_ms, started = clock.server_now_ms(client), time.monotonic()
+
+    def now_ms() -> int:
+        return start_ms + int((time.monotonic() - started) * 1000)
+
+    trusted_ms = int((lease + FENCE_MARGIN_S) * 1000)
+    deadline_ms = start_ms + trusted_ms
     # A process whose last read predates the rewrite has no heartbeat row yet: acknowledgements
-    # can end the wait only once any such read has run out.
-    unseen_ms = int(rewrite.get("created_ms") or 0) + int((lease + FENCE_MARGIN_S) * 1000)
+    # can end the wait only once any such read has run out. When the rewrite was created is
+    # known only by its creator's clock (``created_ms``), trusted within SKEW_S of the service's;
+    # a switch that long after the creation never depends on it.
+    created_ms = int(rewrite.get("created_ms") or 0) + int(SKEW_S * 1000)
+    unseen_ms = min(start_ms, created_ms) + trusted_ms
     version = int(rewrite.get("fence_version") or rewrite.version)
-    pending: list[dict[str, Any]] = []
+    waited: dict[str, dict[str, Any]] = {}  # clients waited for, by id: their newest row
     saved = time.monotonic()
     while True:
-        now = machine.now_ms()
-        pending = [c for c in live_clients(client, rewrite.target)
-                   if int(c.get("seen_version", -1)) < version
-                   and now - int(c.get("at_ms", 0)) < (float(c.get("lease_s") or lease) + SKEW_S) * 1000]
+        now = now_ms()
+        rows = live_clients(client, rewrite.target, now_ms=now)
+        pending = [c for c in rows if int(c.get("seen_version", -1)) < version
+                   and c["age_s"] < float(c.get("lease_s") or lease) + FENCE_MARGIN_S]
+        pending_ids = {c["id"] for c in pending}
+        waited.update({c["id"]: c for c in rows if c["id"] in waited or c["id"] in pending_ids})
         if (not pending and now >= unseen_ms) or now >= deadline_ms:
             break
         step()
@@ -137,11 +161,13 @@ def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: C
             runner.save()  # the fence's short runner lease stays ours while we wait
             saved = time.monotonic()
         time.sleep(routing.POLL_S)
-    acknowledged = [c for c in live_clients(client, rewrite.target)
-                    if int(c.get("seen_version", -1)) >= version]
-    report("fence", {"acknowledged": len(acknowledged), "unacknowledged": pending})
+    rows = live_clients(client, rewrite.target, now_ms=now_ms())
+    waited.update({c["id"]: c for c in rows if c["id"] in waited})
+    acknowledged = [c for c in rows if int(c.get("seen_version", -1)) >= version]
+    unacknowledged = [c for c in waited.values() if int(c.get("seen_version", -1)) < version]
+    report("fence", {"acknowledged": len(acknowledged), "unacknowledged": unacknowledged})
     return {"acknowledged": len(acknowledged),
-            "unacknowledged": [f"{c.get('host')}:{c.get('pid')}" for c in pending]}
+            "unacknowledged": [f"{c.get('host')}:{c.get('pid')}" for c in unacknowledged]}
 
 
 def revert_problem(job: RewriteJob) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.instance import adapter
+from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import machine
@@ -21,26 +21,39 @@ from tsmigrate.service import routing
 LIVE_S = 60.0  # heartbeats this recent are listed (status) as processes routing the rewrite
 
 
-def clients(client: Any, target: str) -> list[dict[str, Any]]:
-    """The heartbeat rows of processes routing the rewrite into ``target``."""
+def clients(client: Any, target: str, *, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """The heartbeat rows of processes routing the rewrite into ``target``, each with ``age_s``:
+    how long ago the service wrote it, by the service's own clock (its cells' timestamps against
+    ``now_ms``, the service's time now; by default ``clock.server_now_ms``, or when that probe
+    cannot be written, the newest heartbeat's time, which is never ahead of it). No host's clock
+    is compared with another's: a client 10 s behind or ahead is as old as it is. ``at_ms``, the
+    process's own clock when it wrote the row, is kept as information."""
     with contextlib.suppress(Exception):
-        rows = adapter.scan_prefix(client, STATE_TABLE, ("kind", routing.CLIENT_KIND), "id")
-        return [{"id": str(key).partition("/")[2], **columns} for key, columns in rows
+        rows = [(key, columns, stamps) for key, columns, stamps in
+                clock.scan_stamped(client, STATE_TABLE, ("kind", routing.CLIENT_KIND), "id")
                 if str(key).startswith(f"{target}/")]
+        if rows and now_ms is None:
+            try:
+                now_ms = clock.server_now_ms(client)
+            except Exception:  # a read-only key: the newest heartbeat is a bound of the time
+                now_ms = max(max(stamps.values(), default=0) for _key, _columns, stamps in rows)
+        return [{"id": str(key).partition("/")[2], **columns,
+                 "age_s": round((int(now_ms or 0) - max(stamps.values(), default=0)) / 1000, 3)}
+                for key, columns, stamps in rows]
     return []
 
 
 def forget_clients(client: Any, target: str) -> None:
     """Remove the heartbeat rows of an ended rewrite (finish, abort): nothing waits for them."""
-    for row in clients(client, target):
+    for row in clients(client, target, now_ms=0):  # their age does not matter
         with contextlib.suppress(Exception):
             adapter.delete_row(client, STATE_TABLE,
                                [("kind", routing.CLIENT_KIND), ("id", f"{target}/{row['id']}")])
 
 
-def live_clients(client: Any, target: str) -> list[dict[str, Any]]:
-    now = machine.now_ms()
-    return [c for c in clients(client, target) if now - int(c.get("at_ms", 0)) < LIVE_S * 1000]
+def live_clients(client: Any, target: str, *, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """``clients`` whose heartbeat the service wrote less than ``LIVE_S`` ago (its clock)."""
+    return [c for c in clients(client, target, now_ms=now_ms) if c["age_s"] < LIVE_S]
 
 
 # --- reverse capture: the target's changes applied to the source ------------------------------

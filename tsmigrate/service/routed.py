@@ -1,17 +1,78 @@
 """The SDK client ``Rows``/``AsyncRows`` call through: row calls on a rewritten table go to the
 side its rewrite's phase names (``tsmigrate.service.routing``), through the key transform or its
-inverse; everything else passes through unchanged."""
+inverse; everything else passes through unchanged.
+
+A write is sent only within the lease of the route it took (``_within``): checked once the
+request is built, and by the client's connection before each attempt (``retry.guard``); one whose
+route ran out first is routed again and sent on the route read anew (``_again`` says when).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from tablestore import metadata as md
 
+from tsmigrate.instance import retry
 from tsmigrate.service.calls import Raw, asend_raw, send_raw
 from tsmigrate.service.errors import UpdateNotAllowed
-from tsmigrate.service.routing import Route, Router, router_for
+from tsmigrate.service.routing import Route, Router, RoutingError, router_for
+
+T = TypeVar("T")
+# The most times one write is routed again because the lease of its route ran out before it was
+# sent (each time the state is read anew and the lease starts again: only a client stalled for
+# a lease at every attempt gets there).
+REROUTES = 10
+_APIS = {"put_row": "PutRow", "update_row": "UpdateRow", "delete_row": "DeleteRow"}
+
+
+def _within(route: Route, call: Callable[[], T]) -> T:
+    """``call()``, an SDK call sending a write routed on ``route``, whose attempts are sent only
+    while the route's lease holds: checked now (after the request was built, waits and
+    heartbeats) and by the client's connection before each attempt (``retry.SEND_WINDOW``)."""
+    if not route.valid():
+        raise retry.WindowClosed(0, None)
+    token = retry.SEND_WINDOW.set(retry.SendWindow(route.expires))
+    try:
+        return call()
+    finally:
+        retry.SEND_WINDOW.reset(token)
+
+
+async def _awithin(route: Route, call: Callable[[], Awaitable[T]]) -> T:
+    """``_within`` for an ``AsyncOTSClient``."""
+    if not route.valid():
+        raise retry.WindowClosed(0, None)
+    token = retry.SEND_WINDOW.set(retry.SendWindow(route.expires))
+    try:
+        return await call()
+    finally:
+        retry.SEND_WINDOW.reset(token)
+
+
+def _again(exc: BaseException, route: Route, api: str, tries: int) -> BaseException | None:
+    """After a routed write failed with ``exc``: None to route it again and resend it, else
+    the error its caller gets. Routed again: a write that never left (its route ran out before
+    it was sent), and one whose sent attempt failed while its route ran out (the policy stopped
+    there) when ``retry.retryable`` allows sending it again: rejected always, ambiguous only on
+    an idempotent API. Never after a sent attempt under ``retry.SINGLE_ATTEMPT``: the operation
+    repeats it, knowing whether a repeat followed a lost answer."""
+    if isinstance(exc, retry.WindowClosed):
+        failure = exc.failure
+        if exc.sent and (retry.SINGLE_ATTEMPT.get() or failure is None
+                         or not retry.retryable(failure, api)):
+            return failure or RoutingError(
+                f"{route.rewrite}: a write to {api} was not sent again: the lease of its route "
+                "ran out during the client's retries")
+    elif route.valid() or retry.SINGLE_ATTEMPT.get() or not retry.retryable(exc, api):
+        return exc
+    if tries >= REROUTES:
+        return RoutingError(
+            f"a write was routed {tries + 1} times and each time the lease of its route "
+            f"({route.lease_s:g}s) ran out before it could be sent; it was not sent"
+        )
+    return None
 
 
 class _Calls:
@@ -154,17 +215,36 @@ class RoutedClient:
         answer = self._client.get_row(other.other_table, other.key(key, what="get"), None, *args, **kwargs)
         return self._calls.row_back(route, answer, columns_to_get)
 
+    def _routed(self, api: str, send: Callable[[Route], Any]) -> Any:
+        """``send(route)`` on the route a write takes, again on a route read anew while
+        ``_again`` says so."""
+        tries = 0
+        while True:
+            route = self._router.begin_write(self._client)
+            try:
+                return send(route)
+            except Exception as exc:
+                failure = _again(exc, route, api, tries)
+                if failure is exc:
+                    raise
+                if failure is not None:
+                    raise failure from exc
+            finally:
+                self._router.end_write()
+            tries += 1
+
     def _write(self, method: str, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
         if table != self._router.table:
             return getattr(self._client, method)(table, row, *args, **kwargs)
-        route = self._router.begin_write(self._client)
-        try:
+        call = getattr(self._client, method)
+
+        def send(route: Route) -> Any:
             if not route.writes_other:
-                return getattr(self._client, method)(table, row, *args, **kwargs)
+                return _within(route, lambda: call(table, row, *args, **kwargs))
             moved = self._calls.moved_row(route, method, row)
-            return getattr(self._client, method)(route.translator.other_table, moved, *args, **kwargs)
-        finally:
-            self._router.end_write()
+            return _within(route, lambda: call(route.translator.other_table, moved, *args, **kwargs))
+
+        return self._routed(_APIS[method], send)
 
     def refuse_update(self, table: str) -> None:
         """Raise UpdateNotAllowed when updates of ``table``'s rows go, on the route as it
@@ -188,14 +268,15 @@ class RoutedClient:
     def batch_write_row(self, request: md.BatchWriteRowRequest) -> Any:
         if self._router.table not in request.items:
             return self._client.batch_write_row(request)
-        route = self._router.begin_write(self._client)
-        try:
+
+        def send(route: Route) -> Any:
             if not route.writes_other:
-                return self._client.batch_write_row(request)
-            response = self._client.batch_write_row(self._calls.batch_write_for(route, request))
+                return _within(route, lambda: self._client.batch_write_row(request))
+            moved = self._calls.batch_write_for(route, request)
+            response = _within(route, lambda: self._client.batch_write_row(moved))
             return self._calls.batch_write_back(route, response)
-        finally:
-            self._router.end_write()
+
+        return self._routed("BatchWriteRow", send)
 
     def send_raw(self, step: Raw) -> Any:
         """A request the operation encoded (``calls.Raw``): a BatchWriteRow to the routed table
@@ -204,16 +285,16 @@ class RoutedClient:
         not routed) as it is."""
         if step.api != "BatchWriteRow" or self._router.table not in step.tables:
             return send_raw(self._client, step)
-        route = self._router.begin_write(self._client)
-        try:
+
+        def send(route: Route) -> Any:
             if not route.writes_other:
-                return send_raw(self._client, step)
+                return _within(route, lambda: send_raw(self._client, step))
             assert step.sdk_request is not None
-            request = step.sdk_request()
-            response = self._client.batch_write_row(self._calls.batch_write_for(route, request))
+            moved = self._calls.batch_write_for(route, step.sdk_request())
+            response = _within(route, lambda: self._client.batch_write_row(moved))
             return self._calls.batch_write_back(route, response)
-        finally:
-            self._router.end_write()
+
+        return self._routed(step.api, send)
 
     def batch_get_row(self, request: md.BatchGetRowRequest) -> Any:
         if self._router.table not in request.items:
@@ -249,18 +330,36 @@ class AsyncRoutedClient:
                                             *args, **kwargs)
         return self._calls.row_back(route, answer, columns_to_get)
 
+    async def _routed(self, api: str, send: Callable[[Route], Awaitable[Any]]) -> Any:
+        """``RoutedClient._routed``, awaited."""
+        tries = 0
+        while True:
+            route = await self._router.abegin_write(self._client)
+            try:
+                return await send(route)
+            except Exception as exc:
+                failure = _again(exc, route, api, tries)
+                if failure is exc:
+                    raise
+                if failure is not None:
+                    raise failure from exc
+            finally:
+                self._router.inflight -= 1
+            tries += 1
+
     async def _write(self, method: str, table: str, row: md.Row, *args: Any, **kwargs: Any) -> Any:
         if table != self._router.table:
             return await getattr(self._client, method)(table, row, *args, **kwargs)
-        route = await self._router.abegin_write(self._client)
-        try:
+        call = getattr(self._client, method)
+
+        async def send(route: Route) -> Any:
             if not route.writes_other:
-                return await getattr(self._client, method)(table, row, *args, **kwargs)
+                return await _awithin(route, lambda: call(table, row, *args, **kwargs))
             moved = self._calls.moved_row(route, method, row)
-            return await getattr(self._client, method)(route.translator.other_table, moved,
-                                                       *args, **kwargs)
-        finally:
-            self._router.inflight -= 1
+            return await _awithin(route, lambda: call(route.translator.other_table, moved,
+                                                      *args, **kwargs))
+
+        return await self._routed(_APIS[method], send)
 
     async def refuse_update(self, table: str) -> None:
         """``RoutedClient.refuse_update``, awaited."""
@@ -282,29 +381,30 @@ class AsyncRoutedClient:
     async def batch_write_row(self, request: md.BatchWriteRowRequest) -> Any:
         if self._router.table not in request.items:
             return await self._client.batch_write_row(request)
-        route = await self._router.abegin_write(self._client)
-        try:
+
+        async def send(route: Route) -> Any:
             if not route.writes_other:
-                return await self._client.batch_write_row(request)
-            response = await self._client.batch_write_row(self._calls.batch_write_for(route, request))
+                return await _awithin(route, lambda: self._client.batch_write_row(request))
+            moved = self._calls.batch_write_for(route, request)
+            response = await _awithin(route, lambda: self._client.batch_write_row(moved))
             return self._calls.batch_write_back(route, response)
-        finally:
-            self._router.inflight -= 1
+
+        return await self._routed("BatchWriteRow", send)
 
     async def asend_raw(self, step: Raw) -> Any:
         """``RoutedClient.send_raw``, awaited."""
         if step.api != "BatchWriteRow" or self._router.table not in step.tables:
             return await asend_raw(self._client, step)
-        route = await self._router.abegin_write(self._client)
-        try:
+
+        async def send(route: Route) -> Any:
             if not route.writes_other:
-                return await asend_raw(self._client, step)
+                return await _awithin(route, lambda: asend_raw(self._client, step))
             assert step.sdk_request is not None
-            request = step.sdk_request()
-            response = await self._client.batch_write_row(self._calls.batch_write_for(route, request))
+            moved = self._calls.batch_write_for(route, step.sdk_request())
+            response = await _awithin(route, lambda: self._client.batch_write_row(moved))
             return self._calls.batch_write_back(route, response)
-        finally:
-            self._router.inflight -= 1
+
+        return await self._routed(step.api, send)
 
     async def batch_get_row(self, request: md.BatchGetRowRequest) -> Any:
         if self._router.table not in request.items:
@@ -322,6 +422,8 @@ def routed(codec: Any, client: Any, *, asynchronous: bool = False) -> Any:
     if codec.family is not None or isinstance(client, (RoutedClient, AsyncRoutedClient)):
         return client
     router = router_for(client, codec.table)
+    router.uses(client)  # its read timeout goes into the heartbeat
+    retry.guard(client)  # each attempt of a routed write is sent within its route's lease
     if asynchronous:
         return AsyncRoutedClient(client, router, codec.name)
     return RoutedClient(client, router, codec.name)

@@ -10,15 +10,49 @@ the writes of every service on the model API, whichever model it was built with.
 
 - The state is read at most once per lease (``LEASE_S``, or the rewrite's ``routing_lease_s``)
   per process and table: a steady-state call costs no extra round trip.
-- A process that cannot read the state within ``REFRESH_WAIT_S`` stops writing
-  (``RoutingUnavailable``): it never writes a side it is not sure of.
+- A process that cannot read the state within ``REFRESH_WAIT_S`` (nor, while a rewrite is
+  unfinished, write its heartbeat) stops writing (``RoutingUnavailable``): it never writes a side
+  it is not sure of, nor one ``switch`` cannot see it write.
 - While a fence is up (switching, reverting) writes wait (``HOLD_S`` at most, then
   ``WritesHeld``); reads go on to the side that was current before the fence.
 - Each process routing an unfinished rewrite keeps a heartbeat row (host, pid, the side it writes,
-  the state version it saw); a process that sees a fence acknowledges it there once its writes
-  in flight have landed, so ``switch`` need not wait out the whole lease.
+  the state version it writes by, its lease, the read timeout of its SDK client as
+  ``request_timeout_s``); a process that sees a fence acknowledges it there once its writes in
+  flight have landed, so ``switch`` need not wait out the whole lease.
 - Range queries, index and search queries read the model's own table, whose key order serves
   them; capture keeps it in step with the side of record within its lag.
+
+What the lease guarantees, whatever the clocks of the hosts say (none is compared with another):
+
+- A route is trusted for its lease from when the refresh that read it *began* (``time.monotonic``
+  before its first request), not from when the answer came: an answer held in the network for
+  longer than the lease arrives already expired and is read again.
+- A write is sent only while the lease of the route it took still holds at the moment it is
+  sent: checked after translation, waits and heartbeats, and again by the client's connection
+  before each attempt (``retry.guard``, ``retry.SEND_WINDOW``), so the SDK's retries stop there
+  too, whatever the client's retry policy (tsmigrate's, the SDK's ``DefaultRetryPolicy`` or a
+  custom one: the connection checks, not the policy). A write whose route ran out before it was
+  sent is routed again (the state read anew) and sent on the new route; one whose earlier
+  attempt was sent and failed is sent again only when ``retry.retryable`` allows it (rejected:
+  always; ambiguous: idempotent APIs), and never under ``retry.SINGLE_ATTEMPT`` (the operation
+  judges its own repeats).
+- A route never moves to an older state version of its rewrite (two refreshes in flight, the
+  older answer last: it is dropped).
+- A process routing an unfinished rewrite writes its heartbeat before each read of the state,
+  and registers (a heartbeat, then a second read) before it writes on a rewrite it had not seen:
+  whatever route it writes by, the service stamped a heartbeat of it no earlier than that
+  route's lease began. ``switch`` judges heartbeats by those stamps against the service's own
+  clock (``tsmigrate.instance.clock``), so a process it sees no heartbeat of within the lease
+  (plus a margin) holds no route read before the fence, and one it does see is waited for until
+  it acknowledges or the lease has run out since the fence.
+
+What remains: a request already sent when its lease ends (in the network, or queued in the
+service) may land later, on the side it was sent to: the SDK cannot recall it. It lands within
+the client's read timeout of being sent or its answer is an error (the write is then not
+acknowledged); the heartbeat reports that timeout (``request_timeout_s``) so ``finish`` can wait
+lease + the largest of them past the fence, and the old side's stream, read after the switch,
+carries such late writes over. A process paused between its check and the bytes leaving (a few
+microseconds of Python) is the same case.
 
 This module decides the route; ``routed.py`` sends the calls of ``Rows`` along it and
 ``translate.py`` rebuilds a row for the other table.
@@ -27,6 +61,8 @@ This module decides the route; ``routed.py`` sends the calls of ``Rows`` along i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
 import socket
 import threading
@@ -56,6 +92,7 @@ POLL_S = 0.05  # how often a held write reads the state again
 RETRY_S = 0.2  # between attempts to read the state when a read failed
 SOURCE, TARGET, HOLD = "source", "target", "hold"
 ENDED = ("done", "aborted")  # machine.ENDED, without importing the engine into services
+SDK_SOCKET_TIMEOUT_S = 50.0  # the SDK's default socket_timeout (OTSClient.DEFAULT_SOCKET_TIMEOUT)
 
 
 class RoutingError(RowError):
@@ -87,10 +124,29 @@ class Route:
     own_is_source: bool = True
     translator: Translator | None = None
     lease_s: float = LEASE_S
+    sent: float = 0.0  # time.monotonic() when the refresh that read it began: its lease starts there
+    read: int = 0  # which of this process's reads of the state it came from (later reads: larger)
 
     @property
     def holding(self) -> bool:
         return self.side == HOLD
+
+    @property
+    def expires(self) -> float:
+        """When (``time.monotonic``) it stops being trusted; a fence's route is read again soon."""
+        return self.sent + (POLL_S if self.holding else self.lease_s)
+
+    def valid(self) -> bool:
+        """Whether a write may be sent on it now (its lease still holds)."""
+        return time.monotonic() < self.expires
+
+    def supersedes(self, held: Route) -> bool:
+        """Whether this route, just read, may replace ``held``: a later state version of the same
+        rewrite (or the same version, read later: a longer lease); for another rewrite or none,
+        the later read. A route never goes back to an older version of its rewrite."""
+        if self.rewrite is not None and self.rewrite == held.rewrite and self.version != held.version:
+            return self.version > held.version
+        return self.read > held.read
 
     @property
     def active(self) -> bool:
@@ -115,6 +171,27 @@ class Route:
 
 
 _NO_REWRITE = Route(None)
+_READS = itertools.count(1)  # the order this process sends its reads of the state in
+
+
+def request_timeout_s(client: Any) -> float:
+    """The read timeout of an SDK client (``socket_timeout``; a tuple or list is (connect, read)),
+    the SDK's default when it has none: how long after a request was sent its answer may come."""
+    timeout = getattr(client, "socket_timeout", None)
+    timeout = getattr(timeout, "read_timeout", timeout)  # a urllib3 Timeout
+    if isinstance(timeout, (tuple, list)):
+        timeout = timeout[-1] if timeout else None
+    try:
+        return float(timeout) if timeout else SDK_SOCKET_TIMEOUT_S
+    except (TypeError, ValueError):
+        return SDK_SOCKET_TIMEOUT_S
+
+
+def _registration(route: Route) -> Route:
+    """What a process that just found ``route``'s rewrite writes by until it has registered: its
+    own table, no version of the rewrite seen."""
+    own = SOURCE if route.own_is_source else TARGET
+    return Route(route.rewrite, "", 0, own, route.own_is_source, None, route.lease_s)
 
 
 # --- reading the state: one operation for both clients -------------------------------------------
@@ -160,9 +237,15 @@ class Router:
         self.condition = threading.Condition(self.lock)
         self.inflight = 0  # writes sent on the current route and not yet answered
         self.draining = False  # a refresh waits for those writes before it moves the route
-        self.beat_version: tuple[str | None, str] = (None, "")
+        # What this process's heartbeat last said: (rewrite, phase, side, version).
+        self.announced: tuple[str | None, str, str, int] = (None, "", "", -1)
+        self.request_timeout_s = 0.0  # the longest read timeout of the clients routing with it
         self._translators: dict[tuple[str, bool], Translator] = {}
         self.held_s: list[float] = []  # how long writes waited for fences (bench, tests)
+
+    def uses(self, client: Any) -> None:
+        """``client`` routes with this router: its read timeout counts (``request_timeout_s``)."""
+        self.request_timeout_s = max(self.request_timeout_s, request_timeout_s(client))
 
     # -- deciding from the state -----------------------------------------------------------------
 
@@ -210,24 +293,48 @@ class Router:
         return self._translators[key]
 
     def heartbeat_op(self, route: Route) -> Op[None]:
-        """This process's row for the rewrite: the side it writes and the state it saw."""
+        """This process's row for ``route``'s rewrite: the side it writes, the state version it
+        writes by (``seen_version``: a fence of that version or older is acknowledged), its
+        lease and the read timeout of its SDK clients (``request_timeout_s``: how long after it
+        was sent a write of it may still land). The service stamps the cells (no timestamps are
+        given): their timestamps say how old the row is; ``at_ms``, this host's clock, is only
+        information."""
         row = md.Row(
             [("kind", CLIENT_KIND), ("id", f"{route.rewrite}/{_process_id()}/{self.table}")],
             [("host", socket.gethostname()), ("pid", os.getpid()), ("table", self.table),
              ("side", route.side), ("phase", route.phase), ("seen_version", route.version),
-             ("at_ms", int(time.time() * 1000)), ("lease_s", route.lease_s)],
+             ("at_ms", int(time.time() * 1000)), ("lease_s", route.lease_s),
+             ("request_timeout_s", self.request_timeout_s or SDK_SOCKET_TIMEOUT_S)],
         )
         yield Call("put_row", STATE_TABLE, row, md.Condition(md.RowExistenceExpectation.IGNORE))
+        self.announced = (route.rewrite, route.phase, route.side, route.version)
 
     def _read_op(self) -> Op[Route]:
-        """The route the state names now. A process that starts routing a rewrite writes its
-        heartbeat before its first write: one switch cannot see could write the old side after
-        the fence."""
-        route = self.decide((yield from _rewrites_op()))
-        if route.active and self.beat_version[0] != route.rewrite:
+        """One refresh: the route the state names now, with when the refresh began (``sent``:
+        its lease counts from there). A process routing an unfinished rewrite writes its
+        heartbeat first, then reads; one that finds a rewrite it had not registered with
+        registers (a heartbeat) and reads again. So whatever route it writes by, ``switch`` has
+        seen a heartbeat of it stamped after that route's lease began (see the module
+        docstring)."""
+        current = self.route
+        for _attempt in range(3):
+            sent, read = time.monotonic(), next(_READS)
+            if current.active:
+                yield from self.heartbeat_op(current)
+            route = attrs.evolve(self.decide((yield from _rewrites_op())), sent=sent, read=read)
+            if not route.active or (current.active and current.rewrite == route.rewrite):
+                return route
+            current = _registration(route)  # registered by the next pass, which reads again
+        raise RoutingUnavailable(
+            f"{self.table}: the rewrites of {STATE_TABLE} kept changing while this process read "
+            "them; writes stop rather than guess a side"
+        )
+
+    def _announce_op(self, route: Route) -> Op[None]:
+        """A heartbeat at once when the route moved to another phase or side (a fence seen is
+        acknowledged now, not at the next refresh); otherwise the next refresh's will do."""
+        if route.active and self.announced[:3] != (route.rewrite, route.phase, route.side):
             yield from self.heartbeat_op(route)
-            self.beaten(route)
-        return route
 
     def _unavailable(self, exc: Exception) -> RoutingUnavailable:
         self.expires = 0.0
@@ -236,31 +343,33 @@ class Router:
             f"({type(exc).__name__}: {exc}); writes stop rather than guess a side"
         )
 
-    def beat_due(self, route: Route) -> bool:
-        """A heartbeat at every read of an unfinished rewrite's state: its time says until when
-        this process may write on what it read (so ``switch`` need not wait for a process that
-        stopped routing), its version that it saw a fence (its acknowledgement)."""
-        return route.active
-
-    def beaten(self, route: Route) -> None:
-        self.beat_version = (route.rewrite, route.phase)
+    def _late(self, route: Route) -> RoutingUnavailable:
+        self.expires = 0.0
+        return RoutingUnavailable(
+            f"{self.table}: the answers of {STATE_TABLE} came after the lease ({route.lease_s:g}s) "
+            f"of what they said had run out, for {REFRESH_WAIT_S:g}s; writes stop rather than "
+            "write on a route nobody vouches for"
+        )
 
     # -- the synchronous client ------------------------------------------------------------------
 
     def current(self, client: Any, *, holding: bool = False) -> Route:
         """The route, read again once its lease ran out (every ``POLL_S`` while a write is held)."""
         with self.lock:
+            while self.draining:  # another thread's refresh is moving the route: its answer will do
+                self.condition.wait()
             now = time.monotonic()
             if now < self.expires and not (holding and self.route.holding):
                 return self.route
             return self._refresh(client)
 
     def _refresh(self, client: Any) -> Route:
+        """Read the state until it gives a route still within its lease (``REFRESH_WAIT_S`` at
+        most); the route held afterwards."""
         deadline = time.monotonic() + REFRESH_WAIT_S
         while True:
             try:
-                route = run(client, self._read_op())
-                break
+                route = self._install(run(client, self._read_op()))
             except RoutingUnavailable:  # a malformed row does not mend itself: no retries
                 self.expires = 0.0
                 raise
@@ -268,24 +377,31 @@ class Router:
                 if time.monotonic() >= deadline:
                     raise self._unavailable(exc) from exc
                 time.sleep(RETRY_S)
-        changed = (route.rewrite, route.side) != (self.route.rewrite, self.route.side)
+                continue
+            with contextlib.suppress(Exception):  # missed: the next refresh's heartbeat says it
+                run(client, self._announce_op(route))
+            if route.holding or route.valid():
+                return route
+            if time.monotonic() >= deadline:  # every answer came after its lease had run out
+                raise self._late(route)
+
+    def _install(self, read: Route) -> Route:
+        """Move to the route ``read`` unless it is older than the route held (``supersedes``);
+        writes sent on a route being left land first (no new write starts on it meanwhile: the
+        wait releases the lock, ``current`` waits for it). The route held afterwards."""
+        if not read.supersedes(self.route):
+            return self.route
+        changed = (read.rewrite, read.side) != (self.route.rewrite, self.route.side)
         if changed and self.inflight:
-            # Writes sent on the old route land before this process says it has moved; no new
-            # write starts on it meanwhile (the wait releases the lock).
             self.draining = True
             try:
-                self.condition.wait_for(lambda: self.inflight == 0, timeout=route.lease_s)
+                self.condition.wait_for(lambda: self.inflight == 0, timeout=read.lease_s)
             finally:
                 self.draining = False
-        self.route = route
-        self.expires = time.monotonic() + (POLL_S if route.holding else route.lease_s)
-        if self.beat_due(route):
-            try:
-                run(client, self.heartbeat_op(route))
-                self.beaten(route)
-            except Exception:  # a missed heartbeat only makes a switch wait longer
-                pass
-        return route
+                self.condition.notify_all()
+        self.route = read
+        self.expires = read.expires
+        return read
 
     def begin_write(self, client: Any) -> Route:
         """The route a write takes, once no fence holds it; counted until ``end_write``."""
@@ -334,14 +450,15 @@ class Router:
     # -- the asyncio client ----------------------------------------------------------------------
 
     async def acurrent(self, client: Any, *, holding: bool = False) -> Route:
+        """``current`` for coroutines. Several may refresh at once (nothing serializes them):
+        an answer older than the route held by the time it comes is dropped (``supersedes``)."""
         now = time.monotonic()
         if now < self.expires and not (holding and self.route.holding):
             return self.route
         deadline = now + REFRESH_WAIT_S
         while True:
             try:
-                route = await arun(client, self._read_op())
-                break
+                route = await self._ainstall(await arun(client, self._read_op()))
             except RoutingUnavailable:
                 self.expires = 0.0
                 raise
@@ -349,19 +466,28 @@ class Router:
                 if time.monotonic() >= deadline:
                     raise self._unavailable(exc) from exc
                 await asyncio.sleep(RETRY_S)
-        changed = (route.rewrite, route.side) != (self.route.rewrite, self.route.side)
-        wait_until = time.monotonic() + route.lease_s
+                continue
+            with contextlib.suppress(Exception):
+                await arun(client, self._announce_op(route))
+            if route.holding or route.valid():
+                return route
+            if time.monotonic() >= deadline:
+                raise self._late(route)
+
+    async def _ainstall(self, read: Route) -> Route:
+        """``_install`` for coroutines: writes in flight on a route being left land first; a
+        newer route another refresh installed meanwhile stays."""
+        if not read.supersedes(self.route):
+            return self.route
+        changed = (read.rewrite, read.side) != (self.route.rewrite, self.route.side)
+        wait_until = time.monotonic() + read.lease_s
         while changed and self.inflight and time.monotonic() < wait_until:
             await asyncio.sleep(POLL_S / 5)
-        self.route = route
-        self.expires = time.monotonic() + (POLL_S if route.holding else route.lease_s)
-        if self.beat_due(route):
-            try:
-                await arun(client, self.heartbeat_op(route))
-                self.beaten(route)
-            except Exception:  # a missed heartbeat only makes a switch wait longer
-                pass
-        return route
+            if not read.supersedes(self.route):
+                return self.route
+        self.route = read
+        self.expires = read.expires
+        return read
 
     async def abegin_write(self, client: Any) -> Route:
         started = None
