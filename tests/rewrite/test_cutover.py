@@ -380,17 +380,20 @@ def test_a_command_that_fails_under_its_fence_lowers_it(ready, monkeypatch, comm
     client = ready
     if command == "revert":
         assert _switch(client).phase == machine.SWITCHED
-        target, back = "make_reverse_capture", machine.SWITCHED
+        target, back, back_table = "make_reverse_capture", machine.SWITCHED, "counters_by_seq"
     else:
-        target, back = "_recording", machine.READY
+        target, back, back_table = "_recording", machine.READY, "counters"
 
     def broken(*args, **kwargs):
         assert machine.load(client, CounterV2.table_name()).side == machine.HOLD  # the fence is up
         raise RuntimeError("the stream could not be read")
 
     monkeypatch.setattr(cutover, target, broken)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(machine.RewriteError) as failed:
         (_switch if command == "switch" else _revert)(client)
+    assert "the stream could not be read" in str(failed.value)  # the reason, and what to do:
+    assert f"the fence was lowered and services on the model API write {back_table}" in str(failed.value)
+    assert f"run `tsmigrate rewrite {command} counters_by_seq` again" in str(failed.value)
     rewrite = machine.load(client, CounterV2.table_name())
     assert rewrite.phase == back and rewrite.side != machine.HOLD
     assert "failed under the fence, which was lowered" in rewrite.get("error")

@@ -293,6 +293,7 @@ def _lowered_on_failure(runner: machine.Runner, fenced: str, back: str, command:
     except (machine.RewriteConflict, machine.Interrupted):
         raise
     except Exception as exc:
+        lowered = False
         with contextlib.suppress(Exception):
             current = machine.refresh(runner.client, runner.rewrite)
             if current.phase == fenced:
@@ -301,7 +302,16 @@ def _lowered_on_failure(runner: machine.Runner, fenced: str, back: str, command:
                 side = machine.SOURCE if back == machine.READY else machine.TARGET
                 runner.save(phase=back, previous_lease_s=None, fence=_fence_down(fence_ms, side),
                             error=f"{command} failed under the fence, which was lowered: {exc}"[:2000])
-        raise
+                lowered = True
+        if not lowered or isinstance(exc, machine.RewriteError):
+            raise
+        rewrite = runner.rewrite
+        writes = rewrite.source if back == machine.READY else rewrite.target
+        raise machine.RewriteError(
+            f"{command} failed under its fence ({type(exc).__name__}: {exc}); the fence was lowered "
+            f"and services on the model API write {writes} again. Fix the cause, then run "
+            f"`tsmigrate rewrite {command} {rewrite.target}` again"
+        ) from exc
 
 
 def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Rewrite:
