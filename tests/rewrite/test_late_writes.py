@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import clirun
 import cutover_tables as ct
@@ -135,6 +136,25 @@ def test_a_write_held_in_the_network_across_switch_lands_on_the_old_table_and_is
     ct.finish(client)
     assert missing(client, {500: "late held"}) == []
     assert machine.load(client, ct.TARGET).get("late_stats")["carried"] >= 2
+
+
+def test_a_write_answered_after_the_acknowledgement_bound_is_not_acknowledged_yet_carried(
+        ready, ots_instance):
+    """finish waits lease + ack past the fence: an answer later than that is an error the
+    service sees (the write may have landed), never an acknowledgement finish could miss."""
+    client = ready
+    _ack_s(client, 0.5)
+    routing.clear()
+    held, thread, told = _held_writer(ots_instance, Counter, Counter(device="late", seq=700, count=1,
+                                                                      note="answered late"))
+    ct.switch(client)
+    time.sleep(1.0)  # past the route's lease (0.5 s) + the bound (0.5 s)
+    held.release.set()
+    thread.join(10)
+    assert len(told) == 1 and isinstance(told[0], routing.WriteUnconfirmed), told
+    assert "acknowledgement bound (0.5s)" in str(told[0])
+    ct.finish(client)  # it landed on the old table anyway: carried
+    assert newest(client, ct.TARGET, [("seq", 700), ("device", "late")])["note"] == "answered late"
 
 
 def test_a_write_held_across_revert_lands_on_the_new_table_and_abort_carries_it_back(

@@ -37,8 +37,8 @@ from tsmigrate.rewrite.reverse import live_clients, make_reverse_capture, save_r
 from tsmigrate.service import routing
 
 FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
-# A process's heartbeat is written at each read of the state: one older than its lease by more
-# than this (clocks of two hosts may disagree) belongs to a process that cannot write unseen.
+# When a rewrite was created is known only by its creator's clock (``created_ms``): trusted within
+# this of the service's (every other time the fence compares is the service's own).
 SKEW_S = 5.0
 CATCH_UP_S = 60.0  # the most reverse capture runs before a revert's fence (the rest drains under it)
 FENCE_LEASE_S = 15.0  # the runner's lease once the fence is up: a killed switch is taken over soon
@@ -111,7 +111,7 @@ def _verify_keys(client: Any, job: RewriteJob, keys: Iterable[tuple]) -> list[st
     return differ
 
 
-def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: Callable[[], Any],
+def wait_for_clients(client: Any, runner: machine.Runner, step: Callable[[], Any],
                      report: Report) -> dict[str, Any]:
     """Until every live client acknowledged the fence (its heartbeat saw this version or later)
     or the lease ran out since the fence went up; ``step`` keeps capture going meanwhile.
@@ -124,8 +124,7 @@ def wait_for_clients(client: Any, runner: machine.Runner, fence_ms: int, step: C
     older than its lease (plus ``FENCE_MARGIN_S``) holds no route read before the fence, and one
     whose heartbeat is younger is waited for, whatever its clock says. The fence is up since
     before the start, so lease + margin past the start no route read before it is trusted.
-    ``fence_ms`` (a host's clock) is not used. Clients waited for that never acknowledged are
-    listed as unacknowledged."""
+    Clients waited for that never acknowledged are listed as unacknowledged."""
     from tsmigrate.instance import clock
 
     rewrite = runner.rewrite
@@ -204,15 +203,17 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
                 f"reverse capture: {job.source.name} stays as it is at the switch, revert is "
                 "refused, finish as usual"
             )
+        capture = driver.make_capture(client, runner.rewrite)
+        driver.catch_up(runner, capture, report)
         if late.watching(rewrite) == rewrite.target:
             # Since a revert: late writes to the target go to the source first, where capture
-            # and verification see them as the source's own.
+            # and verification see them as the source's own (after capture's own writes to the
+            # target, which the net then need not read again under the fence).
             late.settle(client, runner, report)
             refused = late.set_aside_error(runner.rewrite, "switch refused")
             if refused is not None:
                 raise refused
-        capture = driver.make_capture(client, runner.rewrite)
-        driver.catch_up(runner, capture, report)
+            driver.catch_up(runner, capture, report)
         refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
         if refused is not None:
             raise refused
@@ -241,7 +242,7 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
 
     capture = driver.make_capture(client, runner.rewrite)
     changed = _recording(capture)
-    acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
+    acks = wait_for_clients(client, runner, capture.step, report)
     driver.catch_up(runner, capture, report)
     refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
     if refused is not None:
@@ -360,7 +361,7 @@ def _lower(client: Any, runner: machine.Runner, to: str, report: Report) -> mach
 def _lower_fenced(client: Any, runner: machine.Runner, to: str, report: Report) -> machine.Rewrite:
     capture = make_reverse_capture(client, runner.rewrite)
     fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
-    acks = wait_for_clients(client, runner, fence_ms, capture.step, report)
+    acks = wait_for_clients(client, runner, capture.step, report)
     while True:
         capture.step()
         save_reverse(runner, capture)

@@ -66,6 +66,7 @@ KEY_TEXT_MAX = 900  # longer key texts are hashed in the state row's key (1 KB a
 SDK_REQUEST_TIMEOUT_S = 50.0
 MARGIN_S = 0.5  # the stream shows a record a moment after its write is acknowledged
 POLL_S = 0.25
+SAVE_EVERY_S = 1.0
 
 Report = Callable[[str, dict[str, Any]], None]
 CARRY, CONFLICT = "carry", "conflict"
@@ -483,21 +484,27 @@ def bound_s(client: Any, rewrite: machine.Rewrite) -> tuple[float, str]:
                    f"+ {MARGIN_S:g}s for the stream")
 
 
-def step_and_save(runner: machine.Runner, net: LateWrites) -> int:
-    read = net.step()
+def _pass(runner: machine.Runner, net: LateWrites, deadline: float | None = None) -> None:
+    """Apply the watched stream until it is drained (or ``deadline``, monotonic): saved once a
+    second meanwhile (a save rewrites the rewrite's row) and at the end."""
+    saved = time.monotonic()
+    while True:
+        net.step()
+        if net.stats.caught_up or (deadline is not None and time.monotonic() > deadline):
+            break
+        if time.monotonic() - saved > SAVE_EVERY_S:
+            save(runner, net)
+            saved = time.monotonic()
     save(runner, net)
-    return read
 
 
 def drain(client: Any, runner: machine.Runner, report: Report,
           deadline: float | None = None) -> LateWrites | None:
     """Apply the watched side's stream until it is drained (or ``deadline``, monotonic)."""
     net = make(client, runner.rewrite)
-    while net is not None:
-        step_and_save(runner, net)
+    if net is not None:
+        _pass(runner, net, deadline)
         report("late", {"lag_s": net.lag_s(), **attrs.asdict(net.stats)})
-        if net.stats.caught_up or (deadline is not None and time.monotonic() > deadline):
-            break
     return net
 
 
@@ -512,10 +519,7 @@ def settle(client: Any, runner: machine.Runner, report: Report) -> None:
     told = False
     while True:
         now = clock.server_now_ms(client)  # read before the pass: the drain covers up to it
-        while True:
-            step_and_save(runner, net)
-            if net.stats.caught_up:
-                break
+        _pass(runner, net)
         if now >= until:
             report("late", {"lag_s": 0.0, **attrs.asdict(net.stats)})
             return

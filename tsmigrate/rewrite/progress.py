@@ -333,7 +333,8 @@ def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
     if not rewrite.active:
         return []
     return [{"host": c.get("host"), "pid": c.get("pid"), "table": c.get("table"),
-             "side": c.get("side"), "phase": c.get("phase"), "seen": _when(c.get("at_ms"))}
+             "side": c.get("side"), "phase": c.get("phase"), "seen": _when(c.get("at_ms")),
+             "age_s": round(float(c.get("age_s") or 0), 1)}
             for c in reverse.live_clients(client, rewrite.target)]
 
 
@@ -395,7 +396,7 @@ def status_text(data: dict[str, Any]) -> str:
                         if fence.get("unacknowledged") else ""))
     for c in data.get("clients") or ():
         lines.append(f"    client {c['host']}:{c['pid']} ({c['table']}): {c['side']}, "
-                     f"saw {c['phase']} at {c['seen']}")
+                     f"saw {c['phase']} {c['age_s']:g}s ago (by the service's clock)")
     if data.get("run_by"):
         lines.append(f"  run by: {data['runner']} ({_holder_state(data['run_by'])})")
     lines.append(f"  next: {data['next']}")

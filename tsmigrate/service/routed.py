@@ -9,6 +9,7 @@ route ran out first is routed again and sent on the route read anew (``_again`` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from tablestore import metadata as md
 from tsmigrate.instance import retry
 from tsmigrate.service.calls import Raw, asend_raw, send_raw
 from tsmigrate.service.errors import UpdateNotAllowed
-from tsmigrate.service.routing import Route, Router, RoutingError, router_for
+from tsmigrate.service.routing import Route, Router, RoutingError, WriteUnconfirmed, router_for
 
 T = TypeVar("T")
 # The most times one write is routed again because the lease of its route ran out before it was
@@ -35,7 +36,7 @@ def _within(route: Route, call: Callable[[], T]) -> T:
         raise retry.WindowClosed(0, None)
     token = retry.SEND_WINDOW.set(retry.SendWindow(route.expires))
     try:
-        return call()
+        return _acknowledged(route, call())
     finally:
         retry.SEND_WINDOW.reset(token)
 
@@ -46,9 +47,24 @@ async def _awithin(route: Route, call: Callable[[], Awaitable[T]]) -> T:
         raise retry.WindowClosed(0, None)
     token = retry.SEND_WINDOW.set(retry.SendWindow(route.expires))
     try:
-        return await call()
+        return _acknowledged(route, await call())
     finally:
         retry.SEND_WINDOW.reset(token)
+
+
+def _acknowledged(route: Route, answer: T) -> T:
+    """``answer``, unless it came later than ``ack_s`` past the route's lease while a rewrite is
+    unfinished: then the write may have landed on a side the cut-over has since left, after the
+    time ``finish`` waits for late writes (lease + ack), so it is not acknowledged."""
+    late_s = time.monotonic() - route.expires
+    if route.active and late_s > route.ack_s:
+        raise WriteUnconfirmed(
+            f"a write on {route.rewrite}'s route was answered {late_s:.1f}s after the route's lease "
+            f"ran out, later than the rewrite's acknowledgement bound ({route.ack_s:g}s): it may "
+            "have landed on the table the cut-over left. Until `tsmigrate rewrite finish` the "
+            "late-write net carries it over or names it as a conflict; read the row to know"
+        )
+    return answer
 
 
 def _again(exc: BaseException, route: Route, api: str, tries: int) -> BaseException | None:

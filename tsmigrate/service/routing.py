@@ -103,6 +103,11 @@ class RoutingUnavailable(RoutingError):
     """The rewrite state could not be read: writes stop rather than guess a side."""
 
 
+class WriteUnconfirmed(RoutingError):
+    """A routed write was answered too late to count as acknowledged: it may have landed on a
+    side the cut-over has left (the late-write net carries it or names it until finish)."""
+
+
 class WritesHeld(RoutingError):
     """A switch or revert kept its fence up longer than this process waits."""
 
@@ -125,6 +130,7 @@ class Route:
     translator: Translator | None = None
     lease_s: float = LEASE_S
     sent: float = 0.0  # time.monotonic() when the refresh that read it began: its lease starts there
+    ack_s: float = ACK_S  # a write on it answered later than expires + ack_s is not acknowledged
     read: int = 0  # which of this process's reads of the state it came from (later reads: larger)
 
     @property
@@ -281,7 +287,8 @@ class Router:
                     "writes stop rather than guess a side"
                 ) from None
         lease = float(doc.get("routing_lease_s") or LEASE_S)
-        return Route(target, phase, int(columns["version"]), side, own_is_source, translator, lease)
+        return Route(target, phase, int(columns["version"]), side, own_is_source, translator, lease,
+                     ack_s=float(doc.get("routing_ack_s") or ACK_S))
 
     def _translator(self, doc: dict[str, Any], own_is_source: bool) -> Translator:
         from tsmigrate.rewrite.job import RewriteJob
