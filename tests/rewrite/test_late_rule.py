@@ -84,3 +84,13 @@ def test_a_late_delete_of_a_column_unchanged_since_the_switch_is_carried():
     # A deletion older than the side of record's change does not remove it: nothing late.
     assert settle_column({}, {SINCE + 5: cell(2, SINCE + 5)}, since_ms=SINCE, until=SINCE + 3,
                          carried=set(), written=set()) is None
+
+
+@given(st.integers(1, 50), st.integers(0, 5), st.integers(0, 5))
+def test_a_copy_of_a_version_the_side_of_record_replaced_since_is_nothing_late(gap, old, new):
+    # Capture copied the side of record's version at SINCE + 1 to the watched side; the side of
+    # record replaced it since (a table keeping one version): capture's lag, not a late write.
+    watched = {SINCE + 1: cell(old, SINCE + 1)}
+    record = {SINCE + 1 + gap: cell(new, SINCE + 1 + gap)}
+    assert settle_column(watched, record, since_ms=SINCE, until=SINCE + 1, carried=set(),
+                         written={SINCE + 1}) is None

@@ -171,8 +171,9 @@ def test_a_write_held_across_revert_lands_on_the_new_table_and_abort_carries_it_
     assert told == ["acknowledged"]
     # Its only copy is in the new table, which abort drops: abort carries it first.
     assert newest(client, ct.TARGET, [("seq", 600), ("device", "late")])["note"] == "late held"
-    client.put_row(ct.TARGET, ts.Row([("seq", 3), ("device", "d3")], [("note", "late raw")]), IGNORE)
     Rows(Counter, client).update(Counter(device="d3", seq=3), set={"note": "source since revert"})
+    client.update_row(ct.TARGET, ts.Row([("seq", 3), ("device", "d3")], {"PUT": [("note", "late raw")]}),
+                      IGNORE)  # after the source's change: a conflict
     refused = _cli(tmp_path, ots_instance, "rewrite", "abort", ct.TARGET)
     assert refused.returncode == 1
     assert "the new table holds writes tsmigrate did not copy" in refused.stderr

@@ -209,7 +209,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
             # Since a revert: late writes to the target go to the source first, where capture
             # and verification see them as the source's own (after capture's own writes to the
             # target, which the net then need not read again under the fence).
-            late.settle(client, runner, report)
+            late.settle(client, runner, report, other=lambda: driver.catch_up(runner, capture, report))
             refused = late.set_aside_error(runner.rewrite, "switch refused")
             if refused is not None:
                 raise refused
@@ -259,17 +259,16 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
             f"`tsmigrate rewrite status {job.target.name}` shows the rewrite"
         )
     reverse = None
-    if late.watching(runner.rewrite) == job.target.name:
-        # Since a revert the target's stream was read by the net: drained once more under the
-        # fence, reverse capture goes on from there.
-        drained = late.drain(client, runner, report)
-        assert drained is not None
-        reverse = {**drained.position(), "set_aside": {}}
     if not runner.rewrite.get("no_revert"):
         enable_target_stream(client, runner, job)  # on since before the fence, unless that was lost
-        # A second switch goes on from where the revert drained reverse capture.
-        reverse = (reverse or runner.rewrite.get("reverse_capture")
-                   or prepare.capture_start(RawClient(client), job.target.name))
+        if late.watching(runner.rewrite) == job.target.name:
+            # Since a revert the net read the target's stream, until past any acknowledged late
+            # write (settled before the fence); under the fence only capture wrote it: reverse
+            # capture starts at its end.
+            reverse = prepare.capture_start(RawClient(client), job.target.name)
+        else:  # a second switch goes on from where the revert drained reverse capture
+            reverse = (runner.rewrite.get("reverse_capture")
+                       or prepare.capture_start(RawClient(client), job.target.name))
     net = late.begin(client, runner, job.source.name, runner.rewrite.doc["capture"])
     held_ms = machine.now_ms() - fence_ms
     return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,

@@ -468,6 +468,8 @@ def _follow(runner: machine.Runner, captures: list[tuple[capture_mod.Capture, Ca
         while not over():
             read = 0
             for capture, _save in captures:
+                if capture is not captures[0][0] and not captures[0][0].stats.caught_up:
+                    continue  # the net compares both sides: not while capture lags behind
                 failed = capture
                 read += capture.step()
             failed = None
@@ -564,7 +566,7 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
     try:
         # Late writes to the side services left are carried first (and, after a revert, are
         # then the source's own for verification).
-        late.settle(client, runner, report)
+        late.settle(client, runner, report, other=_writes_watched(client, runner, report))
         refused = late.set_aside_error(runner.rewrite, "finish refused")
         if refused is None and not accept_conflicts:
             refused = late.refusal(client, runner.rewrite, "finish refused", "--accept-conflicts")
@@ -604,6 +606,19 @@ def finish(client: Any, spec: ConnectionSpec, runner: machine.Runner, allow_dest
 
     reverse.forget_clients(client, done.target)
     return done
+
+
+def _writes_watched(client: Any, runner: machine.Runner, report: Report) -> Callable[[], Any] | None:
+    """What drains the capture that writes the table the late-write net watches: reverse capture
+    after a switch (none with --no-revert), forward capture after a revert."""
+    from tsmigrate.rewrite import late
+
+    watched = late.watching(runner.rewrite)
+    if watched == runner.rewrite.source and not runner.rewrite.get("no_revert"):
+        return lambda: drain_reverse(client, runner, report)
+    if watched == runner.rewrite.target:
+        return lambda: catch_up(runner, make_capture(client, runner.rewrite), report)
+    return None
 
 
 def drain_reverse(client: Any, runner: machine.Runner, report: Report,
@@ -670,7 +685,7 @@ def abort(client: Any, runner: machine.Runner, *, discard_target_writes: bool = 
             f"`tsmigrate rewrite revert {rewrite.target}` first (then abort)"
         )
     if late.watching(rewrite) == rewrite.target:
-        late.settle(client, runner, report)
+        late.settle(client, runner, report, other=_writes_watched(client, runner, report))
         refused = late.set_aside_error(runner.rewrite, "abort refused")
         if refused is None and not discard_target_writes:
             refused = late.refusal(client, runner.rewrite, "abort refused: the new table holds "

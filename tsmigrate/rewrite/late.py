@@ -88,7 +88,11 @@ def settle_column(watched: dict[int, Encoded], record: dict[int, Encoded], *, si
     ``until``: the late change's time (versions of the side of record not newer than it that the
     watched side lacks were removed by it); ``carried``: timestamps the net itself carried into
     the side of record; ``written``: timestamps the late records wrote."""
-    put = [stamp for stamp, cell in watched.items() if record.get(stamp) != cell]
+    # A watched version older than one the side of record wrote since the switch is taken as
+    # superseded there: capture's copy of a version the side of record has since replaced looks
+    # the same, and the timestamps order the two writes anyway.
+    newer = max((stamp for stamp in record if stamp >= since_ms and stamp not in carried), default=0)
+    put = [stamp for stamp, cell in watched.items() if record.get(stamp) != cell and stamp > newer]
     removed = [stamp for stamp in record if stamp not in watched and stamp <= until]
     if not put and not removed:
         return None
@@ -498,19 +502,13 @@ def _pass(runner: machine.Runner, net: LateWrites, deadline: float | None = None
     save(runner, net)
 
 
-def drain(client: Any, runner: machine.Runner, report: Report,
-          deadline: float | None = None) -> LateWrites | None:
-    """Apply the watched side's stream until it is drained (or ``deadline``, monotonic)."""
-    net = make(client, runner.rewrite)
-    if net is not None:
-        _pass(runner, net, deadline)
-        report("late", {"lag_s": net.lag_s(), **attrs.asdict(net.stats)})
-    return net
-
-
-def settle(client: Any, runner: machine.Runner, report: Report) -> None:
+def settle(client: Any, runner: machine.Runner, report: Report,
+           other: Callable[[], Any] | None = None) -> None:
     """Wait until the net has read past the fence by ``bound_s``, then drain it: after that no
-    acknowledged write can still land on the watched side unseen."""
+    acknowledged write can still land on the watched side unseen. ``other`` drains the capture
+    that writes the watched side (reverse capture after a switch, forward capture after a
+    revert) before each pass: the net compares the watched side with the side of record, and
+    must not take that capture's lag for late writes."""
     net = make(client, runner.rewrite)
     if net is None:
         return
@@ -519,6 +517,8 @@ def settle(client: Any, runner: machine.Runner, report: Report) -> None:
     told = False
     while True:
         now = clock.server_now_ms(client)  # read before the pass: the drain covers up to it
+        if other is not None:
+            other()
         _pass(runner, net)
         if now >= until:
             report("late", {"lag_s": 0.0, **attrs.asdict(net.stats)})
