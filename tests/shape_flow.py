@@ -154,3 +154,14 @@ def readme_models() -> tuple[str, str]:
 
 def fresh_routing() -> None:
     routing.clear()
+
+
+# The writers' SDK read timeout: `finish` (and a second `switch`) wait the lease + the longest
+# request timeout the routing processes report (the SDK's default is 50 s; the rewrite's
+# acknowledgement bound, 10 s, caps it). Their puts are retried when a timeout cuts one short.
+WRITER_TIMEOUT_S = 2.0
+
+
+def writer_client(ots: Any) -> Any:
+    """An SDK client for the tests' writers (``WRITER_TIMEOUT_S``)."""
+    return ots.client(socket_timeout=WRITER_TIMEOUT_S)

@@ -197,7 +197,8 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (tmp_path / "app_models.py").write_text(ct.MODELS_V1)
     assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
-    Rows(Counter, ots_instance.client()).put(Counter(device="d1", seq=1, count=1))
+    writer = ots_instance.client(socket_timeout=2.0)  # finish waits lease + this past the fence
+    Rows(Counter, writer).put(Counter(device="d1", seq=1, count=1))
     (tmp_path / "app_models.py").write_text(ct.MODELS_V2)
     assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
 
@@ -224,7 +225,7 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     assert "reverted; services on the model API write counters." in reverted.stdout
     assert _cli(tmp_path, ots_instance, "rewrite", "switch", "counters_by_seq").returncode == 0
     routing.clear()
-    Rows(Counter, ots_instance.client()).put(Counter(device="d2", seq=2, count=2))  # a service
+    Rows(Counter, writer).put(Counter(device="d2", seq=2, count=2))  # a service
     assert [c["table"] for c in reverse.clients(ots_instance.client(), "counters_by_seq")] == ["counters"]
     done = _cli(tmp_path, ots_instance, "rewrite", "finish", "counters_by_seq")
     assert done.returncode == 0, done.stderr

@@ -72,7 +72,7 @@ def test_a_shape_is_rewritten_and_cut_over_with_writers_on_both_models(shape, tm
     old, new = f"ev_{shape.replace('-', '_')}", f"ev_{shape.replace('-', '_')}_by_seq"
     v1, v2 = _models(shape, old, new)
     sf.fresh_routing()
-    client = ots_instance.client()
+    client = sf.writer_client(ots_instance)
     sf.project(tmp_path, v1)
     sf.command(tmp_path, ots_instance, "apply", "--yes")
     Event, EventV2 = sf.classes(v1)["Event"], sf.classes(v2)["EventV2"]
@@ -122,7 +122,7 @@ def _readme_final(client, acknowledged: dict) -> dict:
 def _readme_start(tmp_path, ots_instance, new_code: str):
     old_code, _ = sf.readme_models()
     sf.fresh_routing()
-    client = ots_instance.client()
+    client = sf.writer_client(ots_instance)
     sf.project(tmp_path, old_code)
     sf.command(tmp_path, ots_instance, "apply", "--yes")
     Reading, ReadingV2 = sf.classes(old_code)["Reading"], sf.classes(new_code)["ReadingV2"]
@@ -235,7 +235,7 @@ def test_reverse_capture_writes_a_whole_old_row_into_an_old_table_without_update
     old, new = "ev_old_cells", "ev_old_cells_by_seq"
     v1, v2 = _models("ttl-index-old-only", old, new)
     sf.fresh_routing()
-    client = ots_instance.client()
+    client = sf.writer_client(ots_instance)
     sf.project(tmp_path, v1)
     sf.command(tmp_path, ots_instance, "apply", "--yes")
     ten_days_ago = int(time.time() * 1000) - 10 * 86_400_000

@@ -24,8 +24,10 @@ raw SDK) still lands on the old side. Every write is in that table's stream, so 
 
 ``finish`` (and ``abort`` after a revert, and the next ``switch``) waits until the net has read
 past the fence by longer than a request can take to be acknowledged (``bound_s``: the routing
-lease plus the longest request timeout a routing process reported, plus a margin), drains it,
-and refuses while conflicts are not accepted.
+lease plus the acknowledgement bound ``routing.ACK_S``, or the longest request timeout a routing
+process reported when that is shorter, plus a margin), drains it, and refuses while conflicts
+are not accepted. The net never runs ahead of the capture that writes the side it watches (see
+``settle``): what that capture has not copied yet is not late.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -195,14 +197,14 @@ class LateWrites(Capture):
                     states: dict[Key, _KeyState]) -> _TargetRow | None:
         """Carry or name what is late at ``source_key``; the watched row as it must become when
         a conflict gives it the side of record's value (None: it stays)."""
-        targets = [(new_key, mapped, self._touched(change, new_key))] if new_key else []
+        targets = [(new_key, mapped, self._touched(change, new_key), None)] if new_key else []
         for old, when in change.olds.items():
             if old != new_key and self._owned(rows[old], source_key):
-                targets.append((old, {}, (None, when)))
+                targets.append((old, {}, None, when))  # the row left that key: every column
         state: _KeyState | None = None
         repair = _TargetRow.read(source_key, row)
         repaired = False
-        for key, cells, (names, until) in targets:
+        for key, cells, names, until in targets:
             target = rows[key]
             sides = _columns(cells), _columns(target)
             columns = [n for n in dict.fromkeys([*sides[0], *sides[1]]) if names is None or n in names]
@@ -228,11 +230,12 @@ class LateWrites(Capture):
                 target.exists = bool(target.cells) or (key == new_key and row is not None)
         return repair if repaired else None
 
-    def _touched(self, change: LateChange, key: Key | None) -> tuple[set[str] | None, int | None]:
-        """The columns a change touched at its key (None: every one) and until when."""
+    def _touched(self, change: LateChange, key: Key | None) -> set[str] | None:
+        """The columns a change touched at its key (None: every one: a whole row was put or
+        deleted, or the row arrived at the key)."""
         if change.row_time is not None or change.arrived or any(o != key for o in change.olds):
-            return None, None
-        return set(change.columns), None
+            return None
+        return set(change.columns)
 
     def _column(self, name: str, sides: tuple[dict, dict], change: LateChange, until: int | None,
                 states: dict[Key, _KeyState], source_key: Key) -> str | None:
@@ -555,7 +558,3 @@ def refusal(client: Any, rewrite: machine.Rewrite, refused: str, flag: str) -> C
         f"`tsmigrate rewrite conflicts {rewrite.target}` lists them; {flag} goes on, keeping the "
         "table of record's values (recorded in history)"
     )
-
-
-def summary(items: Iterable[dict[str, Any]]) -> str:
-    return "; ".join(describe(c) for c in items)
