@@ -46,7 +46,9 @@ def _started(client, source="events", target="events_v2"):
 
 def test_row_round_trip_and_compare_and_swap(ots_client):
     rewrite = _started(ots_client)
-    assert (rewrite.phase, rewrite.version) == (machine.PREPARE, 1)
+    # Written, then given the service's time of its creation (created_server_ms): version 2.
+    assert (rewrite.phase, rewrite.version) == (machine.PREPARE, 2)
+    assert rewrite.get("created_server_ms") >= rewrite.get("created_ms") - 5_000
     moved = machine.save(ots_client, rewrite, phase=machine.BACKFILL, note="x")
     assert machine.load(ots_client, "events_v2").to_dict() == moved.to_dict()
     with pytest.raises(machine.RewriteConflict, match="changed by another process"):

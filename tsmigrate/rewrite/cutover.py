@@ -37,8 +37,9 @@ from tsmigrate.rewrite.reverse import live_clients, make_reverse_capture, save_r
 from tsmigrate.service import routing
 
 FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
-# When a rewrite was created is known only by its creator's clock (``created_ms``): trusted within
-# this of the service's (every other time the fence compares is the service's own).
+# A rewrite created before ``created_server_ms`` was kept tells when only by its creator's clock
+# (``created_ms``): trusted within this of the service's (every other time the fence compares is
+# the service's own).
 SKEW_S = 5.0
 CATCH_UP_S = 60.0  # the most reverse capture runs before a revert's fence (the rest drains under it)
 FENCE_LEASE_S = 15.0  # the runner's lease once the fence is up: a killed switch is taken over soon
@@ -138,10 +139,11 @@ def wait_for_clients(client: Any, runner: machine.Runner, step: Callable[[], Any
     trusted_ms = int((lease + FENCE_MARGIN_S) * 1000)
     deadline_ms = start_ms + trusted_ms
     # A process whose last read predates the rewrite has no heartbeat row yet: acknowledgements
-    # can end the wait only once any such read has run out. When the rewrite was created is
-    # known only by its creator's clock (``created_ms``), trusted within SKEW_S of the service's;
-    # a switch that long after the creation never depends on it.
-    created_ms = int(rewrite.get("created_ms") or 0) + int(SKEW_S * 1000)
+    # can end the wait only once any such read has run out. When the rewrite was created is the
+    # service's time read just after (``created_server_ms``); a rewrite created before that was
+    # kept has only its creator's clock (``created_ms``), trusted within SKEW_S of the service's.
+    created_ms = (int(rewrite.get("created_server_ms") or 0)
+                  or int(rewrite.get("created_ms") or 0) + int(SKEW_S * 1000))
     unseen_ms = min(start_ms, created_ms) + trusted_ms
     version = int(rewrite.get("fence_version") or rewrite.version)
     waited: dict[str, dict[str, Any]] = {}  # clients waited for, by id: their newest row

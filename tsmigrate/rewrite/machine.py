@@ -197,6 +197,7 @@ _DOC_TYPES: dict[str, tuple[type, ...]] = {
     # The late-write net (``late``): what it watches and from where, its counts, what was accepted
     "late_net": (dict,), "late_stats": (dict,), "late_error": (str,), "conflicts_accepted": (list,),
     "late_lag_s": _NUMBER, "late_at_ms": _NUMBER, "fence_server_ms": _NUMBER, "routing_ack_s": _NUMBER,
+    "created_server_ms": _NUMBER,
     "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
     "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
     "declared_deviation": _NUMBER, "source_declared_deviation": _NUMBER,
@@ -346,7 +347,11 @@ def start(client: Any, *, source: str, target: str, doc: Mapping[str, Any]) -> R
                 f"another process started the rewrite into {target} meanwhile") from None
     started = load(client, target)
     assert started is not None
-    return started
+    # When it was created, by the service's clock (read after the row was written, so never
+    # before it): the fence knows from then on which processes may have read the state without it.
+    from tsmigrate.instance import clock
+
+    return save(client, started, created_server_ms=clock.server_now_ms(client))
 
 
 def save(client: Any, rewrite: Rewrite, *, phase: str | None = None, **changes: Any) -> Rewrite:
