@@ -159,7 +159,7 @@ def fresh_routing() -> None:
 # The writers' SDK read timeout: `finish` (and a second `switch`) wait the lease + the longest
 # request timeout the routing processes report (the SDK's default is 50 s; the rewrite's
 # acknowledgement bound, 10 s, caps it). Their puts are retried when a timeout cuts one short.
-WRITER_TIMEOUT_S = 2.0
+WRITER_TIMEOUT_S = 1.0
 
 
 def writer_client(ots: Any) -> Any:

@@ -197,7 +197,7 @@ def test_switch_revert_and_finish_commands(tmp_path, ots_instance):
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (tmp_path / "app_models.py").write_text(ct.MODELS_V1)
     assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0
-    writer = ots_instance.client(socket_timeout=2.0)  # finish waits lease + this past the fence
+    writer = ots_instance.client(socket_timeout=1.0)  # finish waits lease + this past the fence
     Rows(Counter, writer).put(Counter(device="d1", seq=1, count=1))
     (tmp_path / "app_models.py").write_text(ct.MODELS_V2)
     assert _cli(tmp_path, ots_instance, "apply", "--yes").returncode == 0

@@ -72,6 +72,7 @@ def test_a_late_write_to_a_cell_changed_since_the_switch_is_a_conflict_until_acc
     ct.switch(client)
     routing.clear()
     Rows(CounterV2, client).update(CounterV2(seq=3, device="d3"), set={"note": "new model"})
+    time.sleep(0.01)  # a later millisecond: one cell timestamp cannot order two writes
     client.update_row("counters", ts.Row([("device", "d3"), ("seq", 3)], {"PUT": [("note", "late")]}),
                       IGNORE)
     client.update_row("counters", ts.Row([("device", "d3"), ("seq", 3)], {"PUT": [("count", 70)]}),
@@ -172,6 +173,7 @@ def test_a_write_held_across_revert_lands_on_the_new_table_and_abort_carries_it_
     # Its only copy is in the new table, which abort drops: abort carries it first.
     assert newest(client, ct.TARGET, [("seq", 600), ("device", "late")])["note"] == "late held"
     Rows(Counter, client).update(Counter(device="d3", seq=3), set={"note": "source since revert"})
+    time.sleep(0.01)  # a later millisecond: one cell timestamp cannot order two writes
     client.update_row(ct.TARGET, ts.Row([("seq", 3), ("device", "d3")], {"PUT": [("note", "late raw")]}),
                       IGNORE)  # after the source's change: a conflict
     refused = _cli(tmp_path, ots_instance, "rewrite", "abort", ct.TARGET)

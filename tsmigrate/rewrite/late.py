@@ -92,9 +92,10 @@ def settle_column(watched: dict[int, Encoded], record: dict[int, Encoded], *, si
     the side of record; ``written``: timestamps the late records wrote."""
     # A watched version older than one the side of record wrote since the switch is taken as
     # superseded there: capture's copy of a version the side of record has since replaced looks
-    # the same, and the timestamps order the two writes anyway.
+    # the same, and the timestamps order the two writes anyway. (One of the same timestamp but
+    # other bytes is no copy.)
     newer = max((stamp for stamp in record if stamp >= since_ms and stamp not in carried), default=0)
-    put = [stamp for stamp, cell in watched.items() if record.get(stamp) != cell and stamp > newer]
+    put = [stamp for stamp, cell in watched.items() if record.get(stamp) != cell and stamp >= newer]
     removed = [stamp for stamp in record if stamp not in watched and stamp <= until]
     if not put and not removed:
         return None
