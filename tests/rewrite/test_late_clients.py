@@ -319,18 +319,19 @@ def _assert_all_in_target(client: Any, acknowledged: dict[tuple[str, int], int])
     assert not wrong, f"{len(wrong)} of {len(acknowledged)} acknowledged writes are not in {TARGET}: {wrong}"
 
 
-# --- (a) a state read held 6 s, (b) a heartbeat held 8 s -----------------------------------------
+# --- (a) a state read held 4 s, (b) a heartbeat held 5 s (the issue's 6 s and 8 s, shortened: held
+# well past the lease, 0.5 s, and past the switch either way) ----------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer", [False, True], ids=["request-held", "answer-held"])
-def test_a_state_read_held_6s_across_the_switch_loses_nothing(ready, ots_instance, answer):
-    """One client's read of the rewrite's state is held 6 s, the switch runs meanwhile. Held as
+def test_a_state_read_held_across_the_switch_loses_nothing(ready, ots_instance, answer):
+    """One client's read of the rewrite's state is held 4 s, the switch runs meanwhile. Held as
     a request, the service answers it after the switch; held as an answer, the service answered
     it before the fence and it arrives well after its lease (counted from when it was sent):
     either way the client reads the state again and writes the new table."""
     client = ready
-    late, sends = Hold("GetRange", routing.STATE_TABLE, 6.0, answer=answer), Sends()
+    late, sends = Hold("GetRange", routing.STATE_TABLE, 4.0, answer=answer), Sends()
     slow = late.on(sends.on(_writer_client(ots_instance)))  # the Counter writers' router reads here
     fast = sends.on(_writer_client(ots_instance))
     with Writers([("a1", Counter, slow), ("a2", Counter, slow), ("b1", CounterV2, fast)]) as w:
@@ -342,19 +343,19 @@ def test_a_state_read_held_6s_across_the_switch_loses_nothing(ready, ots_instanc
         assert switched.phase == machine.SWITCHED
         assert late.released.wait(10)
         w.more()
-    assert late.held_s >= 6.0
+    assert late.held_s >= 4.0
     assert sends.after(over) == []  # no write left for the old table after the switch
     _finish(client)
     _assert_all_in_target(client, w.acknowledged)
 
 
 @pytest.mark.slow
-def test_a_heartbeat_held_8s_across_the_switch_loses_nothing(ready, ots_instance):
-    """One client's heartbeat write is held 8 s before it is sent, the switch runs meanwhile:
+def test_a_heartbeat_held_across_the_switch_loses_nothing(ready, ots_instance):
+    """One client's heartbeat write is held 5 s before it is sent, the switch runs meanwhile:
     its writes wait, and once the heartbeat went they are routed by a state read sent after it
     (the switch is over by then), never on the route it had before."""
     client = ready
-    late, sends = Hold("PutRow", routing.STATE_TABLE, 8.0, answer=False), Sends()
+    late, sends = Hold("PutRow", routing.STATE_TABLE, 5.0, answer=False), Sends()
     slow = late.on(sends.on(_writer_client(ots_instance)))
     fast = sends.on(_writer_client(ots_instance))
     with Writers([("a1", Counter, slow), ("a2", Counter, slow), ("b1", CounterV2, fast)]) as w:
@@ -365,7 +366,7 @@ def test_a_heartbeat_held_8s_across_the_switch_loses_nothing(ready, ots_instance
         over = time.monotonic()
         assert late.released.wait(10)
         w.more()
-    assert late.held_s >= 8.0
+    assert late.held_s >= 5.0
     assert sends.after(over) == []
     _finish(client)
     _assert_all_in_target(client, w.acknowledged)

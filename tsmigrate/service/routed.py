@@ -91,6 +91,15 @@ def _again(exc: BaseException, route: Route, api: str, tries: int) -> BaseExcept
     return None
 
 
+def _reroute_or_raise(exc: Exception, route: Route, api: str, tries: int) -> None:
+    """Return to route a failed write again (``_again``); else raise what its caller gets."""
+    failure = _again(exc, route, api, tries)
+    if failure is exc:
+        raise exc
+    if failure is not None:
+        raise failure from exc
+
+
 class _Calls:
     """How each SDK call of ``Rows`` is sent to the other side, and its answer read back."""
 
@@ -240,11 +249,7 @@ class RoutedClient:
             try:
                 return send(route)
             except Exception as exc:
-                failure = _again(exc, route, api, tries)
-                if failure is exc:
-                    raise
-                if failure is not None:
-                    raise failure from exc
+                _reroute_or_raise(exc, route, api, tries)
             finally:
                 self._router.end_write()
             tries += 1
@@ -354,11 +359,7 @@ class AsyncRoutedClient:
             try:
                 return await send(route)
             except Exception as exc:
-                failure = _again(exc, route, api, tries)
-                if failure is exc:
-                    raise
-                if failure is not None:
-                    raise failure from exc
+                _reroute_or_raise(exc, route, api, tries)
             finally:
                 self._router.inflight -= 1
             tries += 1
