@@ -89,6 +89,11 @@ def test_a_late_write_to_a_cell_changed_since_the_switch_is_a_conflict_until_acc
     assert listed[0]["late"]["ts"] > listed[0]["record"]["ts"]
     text = _cli(tmp_path, ots_instance, "rewrite", "conflicts", ct.TARGET).stdout
     assert "1 conflict(s), 1 not accepted" in text
+    status = json.loads(_cli(tmp_path, ots_instance, "rewrite", "status", ct.TARGET,
+                             "--format", "json").stdout)
+    assert status["conflicts"] == {"found": 1, "unaccepted": 1}
+    assert "late-write conflicts: 1 (1 not accepted" in _cli(
+        tmp_path, ots_instance, "rewrite", "status", ct.TARGET).stdout
     # The table of record keeps its value; the late cell that did not conflict was carried, and
     # the old table was given the kept value, so the two agree.
     assert newest(client, ct.TARGET, [("seq", 3), ("device", "d3")]) == {"count": 70, "note": "new model"}

@@ -118,7 +118,9 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
         "reverse_capture": (None if rewrite.get("reverse_capture") is None
                             else {"stats": rewrite.get("reverse_stats") or {}}),
         "set_aside": {"capture": machine.set_aside(rewrite, machine.FORWARD),
-                      "reverse_capture": machine.set_aside(rewrite, machine.REVERSE)},
+                      "reverse_capture": machine.set_aside(rewrite, machine.REVERSE),
+                      "late_net": machine.set_aside(rewrite, "late_net")},
+        "conflicts": _conflicts(client, rewrite),
         "clients": _clients(client, rewrite),
         "next": next_step(rewrite),
     }
@@ -326,6 +328,14 @@ def _holder_run(client: Any, rewrite: machine.Rewrite, holder: dict[str, Any]) -
     return {}
 
 
+def _conflicts(client: Any, rewrite: machine.Rewrite) -> dict[str, int]:
+    """Late writes that conflicted with the table of record (``late``): found, not accepted."""
+    from tsmigrate.rewrite import late
+
+    found = late.conflicts(client, rewrite.target) if rewrite.get("late_net") else []
+    return {"found": len(found), "unaccepted": sum(not c.get("accepted") for c in found)}
+
+
 def _clients(client: Any, rewrite: machine.Rewrite) -> list[dict[str, Any]]:
     """Processes routing this rewrite (heartbeats of the last minute): where each writes."""
     from tsmigrate.rewrite import reverse  # imports the service layer: status only, not apply
@@ -378,7 +388,13 @@ def status_text(data: dict[str, Any]) -> str:
     if data["collisions"]:
         lines.append(f"  collisions: {len(data['collisions'])}")
         lines += [f"    {c}" for c in data["collisions"]]
-    for which, label in (("capture", "capture"), ("reverse_capture", "reverse capture")):
+    conflicts = data.get("conflicts") or {}
+    if conflicts.get("found"):
+        lines.append(f"  late-write conflicts: {conflicts['found']} ({conflicts['unaccepted']} not "
+                     f"accepted; `tsmigrate rewrite conflicts {data['target']}` lists them, finish "
+                     "refuses until --accept-conflicts)")
+    for which, label in (("capture", "capture"), ("reverse_capture", "reverse capture"),
+                         ("late_net", "the late-write net")):
         rows = (data.get("set_aside") or {}).get(which) or {}
         if rows:
             lines.append(f"  set aside by {label}: {len(rows)} row(s) it could not carry "
