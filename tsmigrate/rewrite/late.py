@@ -202,7 +202,6 @@ class LateWrites(Capture):
         for old, when in change.olds.items():
             if old != new_key and self._owned(rows[old], source_key):
                 targets.append((old, {}, None, when))  # the row left that key: every column
-        state: _KeyState | None = None
         repair = _TargetRow.read(source_key, row)
         repaired = False
         for key, cells, names, until in targets:
@@ -217,8 +216,7 @@ class LateWrites(Capture):
                 found = {ROW: CARRY}  # a late row of a key and no cells
             if not found:
                 continue
-            state = state or states.setdefault(source_key, _load_key_state(
-                self.client, self.rewrite, self.job.source.name, source_key))
+            state = self._state(states, source_key)
             self.stats.late_writes += 1
             for name, what in found.items():
                 if what == CARRY and name != ROW:
@@ -230,6 +228,13 @@ class LateWrites(Capture):
             if CARRY in found.values():
                 target.exists = bool(target.cells) or (key == new_key and row is not None)
         return repair if repaired else None
+
+    def _state(self, states: dict[Key, _KeyState], source_key: Key) -> _KeyState:
+        """What ``tsmigrate_state`` keeps of ``source_key``, read once per batch."""
+        if source_key not in states:
+            states[source_key] = _load_key_state(self.client, self.rewrite, self.job.source.name,
+                                                 source_key)
+        return states[source_key]
 
     def _touched(self, change: LateChange, key: Key | None) -> set[str] | None:
         """The columns a change touched at its key (None: every one: a whole row was put or
@@ -249,8 +254,7 @@ class LateWrites(Capture):
         if quick != CONFLICT:
             return quick
         # A version only the net put there is not a change of the side of record's own.
-        state = states.get(source_key) or states.setdefault(source_key, _load_key_state(
-            self.client, self.rewrite, self.job.source.name, source_key))
+        state = self._state(states, source_key)
         return settle_column(watched, record, since_ms=self.since_ms, until=when,
                              carried={s for n, s in state.carried if n == name},
                              written={s for n, s in change.written if n == name})
