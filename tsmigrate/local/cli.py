@@ -62,6 +62,15 @@ def local() -> None:
     help="Minimum spacing of reserved-throughput changes per table.",
 )
 @click.option("--fault", "fault_spec", default="", help=FAULT_HELP)
+@click.option(
+    "--stream-shards",
+    default=1,
+    show_default=True,
+    # 64: context.MAX_STREAM_SHARDS (not imported here: it loads the SDK's modules).
+    type=click.IntRange(1, 64),
+    help="Shards a table's stream starts with, one per partition, splitting the keys evenly "
+    "(1: one shard over every key).",
+)
 def serve(
     host: str,
     port: int,
@@ -76,6 +85,7 @@ def serve(
     table_ops_per_s: int,
     cu_adjust_interval_s: float,
     fault_spec: str,
+    stream_shards: int,
 ) -> None:
     """Serve the Tablestore wire protocol until SIGINT/SIGTERM; prints the endpoint when ready."""
     # The SDK (whose protobuf modules we use) warns at import about its optional native codecs.
@@ -100,6 +110,7 @@ def serve(
         faults=faults,
         allow_any_instance=any_instance,
         instances={instance},
+        stream_shards=stream_shards,
     )
     tokens = {sts_token: access_key_id} if sts_token else {}
     credentials = Credentials({access_key_id: access_key_secret}, tokens)

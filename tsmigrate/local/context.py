@@ -24,6 +24,8 @@ Handler = Callable[["Context", Any], "Message | bytes"]
 MutationHook = Callable[["Context", TableInfo, bytes, "StoredRow | None", "StoredRow | None"], None]
 # Which tables a table-scoped hook acts on (see `Server.add_table_hook`).
 HookScope = Callable[[TableInfo], bool]
+# The most root shards a new stream may start with (`ServerOptions.stream_shards`).
+MAX_STREAM_SHARDS = 64
 
 
 @dataclass
@@ -42,6 +44,15 @@ class ServerOptions:
     global_index_lag_ms: int = 0
     # Whether tables created without CreateTable's enable_local_txn allow local transactions.
     local_transactions_default: bool = True
+    # Root shards of a stream enabled from now on (one per partition of the table, hash ranges
+    # split evenly); 1: one implicit shard over every key (`streams.open_shards`).
+    stream_shards: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.stream_shards <= MAX_STREAM_SHARDS:
+            raise ValueError(
+                f"stream_shards must be in range [1, {MAX_STREAM_SHARDS}]: {self.stream_shards}"
+            )
 
 
 class Server(Protocol):

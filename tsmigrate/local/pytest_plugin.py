@@ -6,7 +6,7 @@
 - `ots_client` (function): a ready `OTSClient` on `ots_instance`.
 
 Runtime knobs are shared by the session server: a test that changes `ots_instance.server.options`
-(latency, faults, rate limits) should restore them; `ots_server_options` does that for you.
+(latency, faults, rate limits, stream shards) should restore them; `ots_server_options` does that for you.
 """
 
 from __future__ import annotations

@@ -4,11 +4,15 @@ GetShardIterator, GetStreamRecord (the SDK's `table_store.proto` messages).
 The stream specification itself lives on the table (`tables.py`: CreateTable / UpdateTable
 validate it, DescribeTable / UpdateTable return `stream_details`).
 
-Shards: a stream starts with one shard covering every key. `split_shard` and `merge_shards` (test
+Shards: a stream starts with one shard covering every key, or, when the server's
+`ServerOptions.stream_shards` (`local serve --stream-shards N`) is N > 1 as the stream gets its
+id, with N root shards (no parents) splitting the key hashes evenly, as the service gives a
+partitioned table one shard per partition (`open_shards`). `split_shard` and `merge_shards` (test
 knobs standing in for the service's partition splits and merges) close shards and open children
 (`StreamShard.parent_id`, and `parent_sibling_id` for a merge); a record goes to the open shard
-whose hash range holds its primary key. A closed shard is read to its end, then
-GetStreamRecord returns no next iterator; readers must finish parents before their children.
+whose hash range holds its primary key (`_route`, from the open ranges cached per stream and
+dropped whenever its shards change). A closed shard is read to its end, then GetStreamRecord
+returns no next iterator; readers must finish parents before their children.
 
 Origin columns (`StreamSpecification.columns_to_get`, newer than the Python SDK's proto, see
 `table_protocol.py`): each record of a row that existed before the write carries
@@ -42,16 +46,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import struct
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import table_protocol
+from tsmigrate.local.context import MAX_STREAM_SHARDS
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.plainbuffer import HEADER, assemble_row, crc8_bytes, encode_cell
@@ -73,7 +81,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS stream_trims (stream_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)"
     " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS stream_keys (name TEXT PRIMARY KEY, key BLOB NOT NULL) WITHOUT ROWID",
-    # Shards once a stream was split or merged (before that: one implicit root shard).
+    # Shards of a stream that started with several (`open_shards`), or once it was split or
+    # merged; before that: one implicit root shard.
     # [lo, hi) is the range of key hashes the shard takes while open; closed_seq its last record.
     "CREATE TABLE IF NOT EXISTS stream_shards (stream_id TEXT NOT NULL, shard_id TEXT NOT NULL,"
     " parent_id TEXT, parent_sibling_id TEXT, lo INTEGER NOT NULL, hi INTEGER NOT NULL,"
@@ -86,6 +95,14 @@ HASH_SPACE = 2**32
 _ACTIONS = {pb.PUT: pb.PUT_ROW, pb.UPDATE: pb.UPDATE_ROW, pb.DELETE: pb.DELETE_ROW}
 _pack_len = struct.Struct("<i").pack
 _pack_ts = struct.Struct("<q").pack
+
+# The open shards of each stream as `_route` reads them, per storage: their lower hash bounds in
+# ascending order, and their ids. Filled by `_route` (in write transactions, which never change
+# shards) and dropped by every change of a stream's shards (`_forget`: open, split, merge, drop),
+# so that the next write reads them again, committed or rolled back.
+_routes: weakref.WeakKeyDictionary[Storage, dict[str, tuple[list[int], list[str]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _trimmed() -> OTSError:
@@ -126,9 +143,29 @@ def install(server: Server) -> None:
 def drop_records(storage: Storage, stream_id: str | None) -> None:
     """Forget a stream's records (stream disabled or table deleted)."""
     if stream_id is not None:
+        _forget(storage, stream_id)
         storage.execute("DELETE FROM stream_records WHERE stream_id = ?", (stream_id,))
         storage.execute("DELETE FROM stream_trims WHERE stream_id = ?", (stream_id,))
         storage.execute("DELETE FROM stream_shards WHERE stream_id = ?", (stream_id,))
+
+
+def open_shards(storage: Storage, stream_id: str, n: int) -> list[str]:
+    """Start a new stream (in the transaction that saves its table) with `n` root shards, no
+    parents, taking [i * HASH_SPACE // n, (i + 1) * HASH_SPACE // n) each; their ids in that
+    order. One shard stays the implicit one (no rows, as streams always had)."""
+    if not 1 <= n <= MAX_STREAM_SHARDS:
+        raise ValueError(f"stream shards must be in range [1, {MAX_STREAM_SHARDS}]: {n}")
+    _forget(storage, stream_id)
+    if n == 1:
+        return [_shard_id(stream_id)]
+    ids = [_root_id(stream_id, index) for index in range(n)]
+    for index, shard_id in enumerate(ids):
+        storage.execute(
+            "INSERT INTO stream_shards (stream_id, shard_id, parent_id, parent_sibling_id, lo, hi,"
+            " closed_seq) VALUES (?, ?, NULL, NULL, ?, ?, NULL)",
+            (stream_id, shard_id, index * HASH_SPACE // n, (index + 1) * HASH_SPACE // n),
+        )
+    return ids
 
 
 # -- the change log ------------------------------------------------------------------------------
@@ -204,6 +241,11 @@ def _shard_id(stream_id: str) -> str:
     return hashlib.sha256(stream_id.encode()).hexdigest()[:16]
 
 
+def _root_id(stream_id: str, index: int) -> str:
+    """The id of root shard `index` of a stream that started with several."""
+    return hashlib.sha256(f"{stream_id}/root/{index}".encode()).hexdigest()[:16]
+
+
 def _key_hash(pk: bytes) -> int:
     return int.from_bytes(hashlib.sha256(pk).digest()[:4], "big")
 
@@ -223,20 +265,39 @@ def _shards(storage: Storage, stream_id: str) -> list[dict[str, Any]]:
 
 def _route(storage: Storage, stream_id: str, pk: bytes) -> str:
     """The open shard a record of this primary key goes to."""
-    split = storage.execute(
-        "SELECT 1 FROM stream_shards WHERE stream_id = ? LIMIT 1", (stream_id,)
-    ).fetchone()
-    if split is None:
-        return _shard_id(stream_id)
-    point = _key_hash(pk)
-    row = storage.execute(
-        "SELECT shard_id FROM stream_shards WHERE stream_id = ? AND closed_seq IS NULL"
-        " AND lo <= ? AND ? < hi", (stream_id, point, point),
-    ).fetchone()
-    return str(row[0])
+    streams = _routes.get(storage)
+    if streams is None:
+        streams = _routes.setdefault(storage, {})
+    route = streams.get(stream_id)
+    if route is None:
+        route = streams[stream_id] = _open_ranges(storage, stream_id)
+    bounds, ids = route
+    if len(ids) == 1:
+        return ids[0]
+    return ids[bisect.bisect_right(bounds, _key_hash(pk)) - 1]
+
+
+def _open_ranges(storage: Storage, stream_id: str) -> tuple[list[int], list[str]]:
+    """The open shards' lower bounds in ascending order and their ids (they tile the hash space:
+    children take their parents' ranges)."""
+    rows = storage.execute(
+        "SELECT lo, shard_id FROM stream_shards WHERE stream_id = ? AND closed_seq IS NULL"
+        " ORDER BY lo", (stream_id,),
+    ).fetchall()
+    if not rows:  # never split, merged or started with several: the implicit root shard
+        return [0], [_shard_id(stream_id)]
+    return [int(lo) for lo, _ in rows], [str(shard_id) for _, shard_id in rows]
+
+
+def _forget(storage: Storage, stream_id: str) -> None:
+    """Drop the stream's cached open shards (its shards change)."""
+    streams = _routes.get(storage)
+    if streams is not None:
+        streams.pop(stream_id, None)
 
 
 def _close(storage: Storage, stream_id: str, shard: dict[str, Any]) -> None:
+    _forget(storage, stream_id)
     (last,) = storage.execute(
         "SELECT coalesce(max(seq), 0) FROM stream_records WHERE stream_id = ?", (stream_id,)
     ).fetchone()
@@ -251,6 +312,7 @@ def _close(storage: Storage, stream_id: str, shard: dict[str, Any]) -> None:
 
 def _open(storage: Storage, stream_id: str, parent: str, sibling: str | None, lo: int, hi: int,
           tag: str) -> str:
+    _forget(storage, stream_id)
     shard_id = hashlib.sha256(f"{stream_id}/{parent}/{sibling}/{tag}".encode()).hexdigest()[:16]
     storage.execute(
         "INSERT INTO stream_shards (stream_id, shard_id, parent_id, parent_sibling_id, lo, hi,"
@@ -274,8 +336,12 @@ def split_shard(server: Server, instance: str, table_name: str,
     storage = server.storage
     with storage.transaction():
         stream_id = _stream_of(server, instance, table_name)
-        open_shards = [s for s in _shards(storage, stream_id) if s["closed_seq"] is None]
-        shard = next(s for s in open_shards if shard_id in (None, s["shard_id"]))
+        shard = next((s for s in _shards(storage, stream_id) if s["closed_seq"] is None
+                      and shard_id in (None, s["shard_id"])), None)
+        if shard is None:
+            raise ValueError(f"the stream of {table_name!r} has no open shard {shard_id!r}")
+        if shard["hi"] - shard["lo"] < 2:
+            raise ValueError(f"shard {shard['shard_id']!r} takes one key hash: nothing to split")
         _close(storage, stream_id, shard)
         middle = (shard["lo"] + shard["hi"]) // 2
         return (
@@ -290,11 +356,13 @@ def merge_shards(server: Server, instance: str, table_name: str) -> str:
     storage = server.storage
     with storage.transaction():
         stream_id = _stream_of(server, instance, table_name)
-        open_shards = sorted((s for s in _shards(storage, stream_id) if s["closed_seq"] is None),
-                             key=lambda s: s["lo"])
-        if len(open_shards) < 2:
+        ranges = sorted((s for s in _shards(storage, stream_id) if s["closed_seq"] is None),
+                        key=lambda s: s["lo"])
+        # The open shards tile the hash space, so the first two by range are adjacent.
+        pair = next(((a, b) for a, b in itertools.pairwise(ranges) if a["hi"] == b["lo"]), None)
+        if pair is None:
             raise ValueError(f"the stream of {table_name!r} has one open shard: nothing to merge")
-        left, right = open_shards[0], open_shards[1]
+        left, right = pair
         _close(storage, stream_id, left)
         _close(storage, stream_id, right)
         return _open(storage, stream_id, left["shard_id"], right["shard_id"], left["lo"],

@@ -95,6 +95,8 @@ def create_table(ctx: Context, req: pb.CreateTableRequest) -> pb.CreateTableResp
         info.creation_time = int(ctx.now * 1_000_000)
         info.last_increase_time = int(ctx.now)
         ctx.storage.save_table(ctx.instance, info)
+        if info.stream_id is not None:
+            streams.open_shards(ctx.storage, info.stream_id, ctx.server.options.stream_shards)
     return pb.CreateTableResponse()
 
 
@@ -321,11 +323,14 @@ def update_table(ctx: Context, req: pb.UpdateTableRequest) -> pb.UpdateTableResp
             check_update_table(ctx, info)
         if has_cu:
             _update_cu(ctx, info, req.reserved_throughput.capacity_unit)
+        old_stream_id = info.stream_id
         if req.HasField("stream_spec"):
             _apply_stream(info, req.stream_spec, ctx.now)
             if info.stream_id is None:
-                streams.drop_records(ctx.storage, get_table(ctx, req.table_name).stream_id)
+                streams.drop_records(ctx.storage, old_stream_id)
         ctx.storage.save_table(ctx.instance, info)
+        if info.stream_id is not None and info.stream_id != old_stream_id:  # a new stream
+            streams.open_shards(ctx.storage, info.stream_id, ctx.server.options.stream_shards)
     resp = pb.UpdateTableResponse()
     _fill_throughput(resp.reserved_throughput_details, info)
     _fill_options(resp.table_options, info)

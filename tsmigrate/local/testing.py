@@ -5,10 +5,10 @@
         client.create_table(...)
 
 `ots.server` exposes runtime knobs (`server.options.latency_ms`, `.faults`, `.table_ops_per_s`,
-`.cu_adjust_interval_s`, `.global_index_lag_ms`, `server.clock_offset`); `ots.fresh_instance()`
-gives an empty instance on the same server, which isolates tests far more cheaply than deleting
-tables. ``HeldRequest`` holds one request of an SDK client before it is sent: a request slow in
-the network, as late-write tests and benchmarks need.
+`.cu_adjust_interval_s`, `.global_index_lag_ms`, `.stream_shards`, `server.clock_offset`);
+`ots.fresh_instance()` gives an empty instance on the same server, which isolates tests far more
+cheaply than deleting tables. ``HeldRequest`` holds one request of an SDK client before it is
+sent: a request slow in the network, as late-write tests and benchmarks need.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def local_tablestore(
     table_ops_per_s: int = 0,
     faults: str | FaultPlan | None = None,
     cu_adjust_interval_s: float = 120.0,
+    stream_shards: int = 1,
     host: str = "127.0.0.1",
     port: int = 0,
     role: str = "local server",
@@ -89,6 +90,7 @@ def local_tablestore(
         cu_adjust_interval_s=cu_adjust_interval_s,
         faults=FaultPlan.parse(faults) if isinstance(faults, str) else faults,
         instances={instance},
+        stream_shards=stream_shards,
     )
     credentials = Credentials({access_key_id: access_key_secret}, dict(sts_tokens or {}))
     server = LocalServer(
