@@ -383,7 +383,7 @@ def test_a_command_that_fails_under_its_fence_lowers_it(ready, monkeypatch, comm
         assert _switch(client).phase == machine.SWITCHED
         target, back, back_table = "make_reverse_capture", machine.SWITCHED, "counters_by_seq"
     else:
-        target, back, back_table = "_recording", machine.READY, "counters"
+        target, back, back_table = "_verify_keys", machine.READY, "counters"
 
     def broken(*args, **kwargs):
         assert machine.load(client, CounterV2.table_name()).side == machine.HOLD  # the fence is up

@@ -133,9 +133,11 @@ def apply_options(flags: Mapping[str, Any], *, rewrite_report: Any = None,
 @click.option("--prune", is_flag=True, help="Also drop tables that no model declares (with --plan: "
               "as the plan file says).")
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Parallel split tasks of a rewrite's backfill.")
+              help="Parallel split tasks of a rewrite's backfill, and stream shards its change "
+              "capture applies at once (switch, revert and finish capture with as many).")
 @click.option("--dask", metavar="ADDRESS",
-              help="Run a rewrite's split tasks on this Dask scheduler (tcp://host:8786).")
+              help="Run a rewrite's split tasks and capture's shards on this Dask scheduler "
+              "(tcp://host:8786).")
 @click.option("--max-rows-per-s", type=click.FloatRange(min=1), default=None,
               help="Throttle a rewrite's backfill writes.")
 @click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), default=0,

@@ -102,12 +102,17 @@ def conflicts(table, project, choice, fmt):
 @with_target
 @click.option("--for", "seconds", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds (default: until interrupted).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Stream shards applied at once, on threads (default: the rewrite's last "
+              "--workers, else 4).")
+@click.option("--dask", metavar="ADDRESS",
+              help="Apply the stream shards as tasks on this Dask scheduler (tcp://host:8786).")
 @reports_errors
-def follow(table, project, choice, seconds):
+def follow(table, project, choice, seconds, workers, dask):
     """Keep change capture running (lag shown) while services move to the new model."""
     import time
 
-    from tsmigrate.rewrite import driver, machine
+    from tsmigrate.rewrite import driver, machine, shards
 
     last = [0.0]
 
@@ -115,16 +120,25 @@ def follow(table, project, choice, seconds):
         if event == "capture" and time.monotonic() - last[0] > 2:
             last[0] = time.monotonic()
             into = "old table" if data.get("direction") == machine.SWITCHED else "new table"
+            shards_read = data.get("shards") or {}
             err_console.print(f"capture into the {into}: lag {data['lag_s']:.1f}s, "
-                              f"applied {data['applied']:,}, moved {data['moved']:,}")
+                              f"{data.get('records_per_s', 0):,.0f} records/s on {len(shards_read)} "
+                              f"shard(s) x {data.get('workers', 1)} worker(s), "
+                              f"applied {data['applied']:,}, moved {data['moved']:,}", markup=False)
 
-    with connected(project, choice) as (client, _target):
+    with connected(project, choice) as (client, target):
         rewrite = _rewrite_of(client, table)
+        count = workers or int(rewrite.get("capture_workers") or shards.DEFAULT_WORKERS)
+        shard_runner = shards.runner(count, dask=dask, spec=driver.spec_of(client, target.embedded))
         with machine.Runner(client, rewrite.target) as runner:
             try:
-                driver.follow(client, runner, seconds, report)
+                if workers and rewrite.get("capture_workers") != workers:
+                    runner.save(capture_workers=workers)  # switch and finish capture with as many
+                driver.follow(client, runner, seconds, report, shard_runner=shard_runner)
             except KeyboardInterrupt:
                 err_console.print("stopped; the capture position is saved")
+            finally:
+                shard_runner.close()
             current = runner.rewrite
     from tsmigrate.rewrite.progress import next_step
 

@@ -47,7 +47,11 @@ before. Re-reading keeps this idempotent and insensitive to order: records may b
   that are resolved (applied, or re-synced after their split finished): a kill loses nothing,
   the next run reads those records again.
 - Shards: a shard's children are read only once its parents (a split has one, a merge two)
-  were read to their end, so the records of one key are seen in order.
+  were read to their end, so the records of one key are seen in order. Readable shards are
+  applied in parallel (``shards``: threads, processes or Dask), each by a worker that keeps
+  nothing (``run_shard``) and reads its next page while it applies the current one; the
+  capture takes in their outcomes (``absorb``). A page's keys are synced together, their
+  BatchGetRow requests sent at once.
 - Every split a record touches is kept (``touched``, saved with the position): verification
   takes the source totals of a split no record touched from its backfill checkpoint, since the
   stream proves those rows have not changed since the copy read them.
@@ -58,6 +62,8 @@ before. Re-reading keeps this idempotent and insensitive to order: records may b
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import copy as copy_module
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -69,12 +75,16 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local import plainbuffer
-from tsmigrate.rewrite import copy, machine
+from tsmigrate.rewrite import copy, machine, shards
 from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row, row_cells
+from tsmigrate.rewrite.shards import ShardRunner
 from tsmigrate.rewrite.transform import TargetRow, format_key
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
+SYNC_KEYS = PAGE_RECORDS  # keys read, merged and written together (their reads sent in parallel)
+IO_THREADS = 32  # requests in flight for the batches of every shard this process applies
+STEP_BUDGET_S = 1.0  # how long a round reads a shard while its pages come full
 GUARD_ATTEMPTS = 8  # reads and merges of a row another writer keeps changing, before it is set aside
 
 Key = tuple[tuple[str, Any], ...]
@@ -154,6 +164,17 @@ class Change:
             self.arrived = True
         else:
             self.olds[old] = max(self.olds.get(old, when), when)
+
+    def merge(self, other: Change) -> None:
+        """Take in what ``other`` (later records of the same key) changed."""
+        self.time = max(self.time, other.time)
+        if other.row_time is not None:
+            self.row_time = other.row_time if self.row_time is None else max(self.row_time, other.row_time)
+        for name, when in other.columns.items():
+            self.columns[name] = max(self.columns.get(name, when), when)
+        for old, when in other.olds.items():
+            self.olds[old] = max(self.olds.get(old, when), when)
+        self.arrived |= other.arrived
 
     def column_time(self, name: str) -> int | None:
         """The time of the newest change of ``name``; None: the records did not touch it."""
@@ -235,6 +256,12 @@ class ShardState:
     parents: list[str]
     done: bool = False
     pending: list[Pending] = attrs.field(factory=list)
+    # Since this process read it: whether its last page was short (it was at its end then), the
+    # newest record time read, records applied, and the last round's rate
+    drained: bool = False
+    last_record_ms: int = 0
+    records: int = 0
+    records_per_s: float = 0.0
 
     def checkpoint(self) -> dict[str, Any]:
         iterator = self.pending[0].iterator if self.pending else self.iterator
@@ -251,6 +278,47 @@ class Stats:
     last_record_ms: int = 0
     caught_up: bool = False
     guard_retries: int = 0  # whole-row writes read and merged again: the row changed meanwhile
+    records_per_s: float = 0.0  # the last round's, every shard together
+    workers: int = 1
+    # Shard id -> {records, records_per_s, lag_s}: what status shows per shard
+    shards: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+
+
+COUNTS = ("applied", "deferred", "resynced", "moved", "guard_retries")
+
+
+@attrs.frozen
+class ShardWork:
+    """One task of a round: read ``shard_id`` from ``iterator`` for up to ``budget_s`` (at
+    least one page), applying what the splits in ``finished`` (and any found finished) allow.
+    Small and picklable: it goes to threads, processes or Dask workers alike."""
+
+    shard_id: str
+    iterator: str
+    parents: tuple[str, ...]
+    finished: frozenset[int]
+    budget_s: float
+    record_keys: bool = False  # return the source keys synced (the fence verifies them again)
+
+
+@attrs.define
+class ShardOutcome:
+    """What a ``ShardWork`` did, for the capture to take in (``Capture.absorb``)."""
+
+    shard_id: str
+    iterator: str | None
+    done: bool
+    pending: list[Pending]
+    dirty: dict[int, dict[Key, Change]]
+    finished: set[int]
+    touched: set[int] | None
+    set_aside: dict[str, dict[str, Any]]
+    cleared: set[str]  # formatted keys taken off the set-aside list: carried now
+    stats: Stats
+    records: int
+    drained: bool  # the last page read was short: the shard was at its end then
+    elapsed_s: float
+    synced: set[Key] | None
 
 
 def _key(pk: Iterable[tuple[str, Any]]) -> Key:
@@ -296,6 +364,11 @@ class Capture:
         # Rows capture could not carry: formatted source key -> {"reason", "at_ms"}
         self.set_aside: dict[str, dict[str, Any]] = dict(position.get("set_aside") or {})
         self.stats = Stats()
+        self.runner: ShardRunner = shards.Inline()  # who applies the shards (``shards``)
+        self.ref: shards.CaptureRef | None = None  # how a worker elsewhere builds this capture
+        # Source keys synced since someone asked (``record``): the fence verifies them again
+        self.synced: set[Key] | None = None
+        self.cleared: set[str] = set()  # set-aside keys a worker carried (``ShardOutcome``)
 
     # -- the position ----------------------------------------------------------------------------
 
@@ -305,40 +378,145 @@ class Capture:
                 "set_aside": dict(self.set_aside)}
 
     def lag_s(self) -> float:
+        """How far behind the stream capture is: the oldest shard's lag, a shard's being the
+        time since its newest record read, unless its last page was short (at its end)."""
         if self.stats.caught_up or not self.stats.last_record_ms:
             return 0.0
-        return max(0.0, time.time() - self.stats.last_record_ms / 1000)
+        return max(self._shard_lags().values(), default=0.0)
+
+    def _shard_lags(self) -> dict[str, float]:
+        now = time.time()
+        lags = {}
+        for shard in self.shards.values():
+            if shard.done or shard.drained:
+                lags[shard.shard_id] = 0.0
+            else:
+                newest = shard.last_record_ms or self.stats.last_record_ms
+                lags[shard.shard_id] = max(0.0, now - newest / 1000) if newest else 0.0
+        return lags
+
+    def record(self) -> set[Key]:
+        """From now on, keep the source keys synced (returned, filled as rounds go)."""
+        self.synced = set()
+        return self.synced
 
     # -- one round over the shards ---------------------------------------------------------------
 
-    def step(self) -> int:
-        """Read one page of every readable shard and apply it; resolve the dirty keys of splits
-        that finished. Returns the number of records read."""
+    def step(self, budget_s: float = STEP_BUDGET_S) -> int:
+        """One round: every readable shard (its parents read to their end) is read and applied
+        for up to ``budget_s`` (at least a page), in parallel as ``runner`` allows; the dirty
+        keys of splits that finished are synced first. Returns the number of records read."""
         self._discover()
         self._resolve_finished_splits()
+        readable = [s for s in self.shards.values() if not s.done and s.iterator is not None
+                    and self._parents_done(s)]
+        works = [ShardWork(s.shard_id, s.iterator, tuple(s.parents), frozenset(self.finished_splits),
+                           budget_s, self.synced is not None)
+                 for s in readable if s.iterator is not None]
+        started = time.monotonic()
+        outcomes = self.runner.run(self, works) if works else []
         read = 0
-        drained = True  # every readable shard returned less than a full page: at its end
-        visited: set[str] = set()
-        for shard in list(self.shards.values()):
-            if shard.done or shard.iterator is None:
-                continue
-            if not self._parents_done(shard):
-                continue  # a child waits until its parents were read to their end
-            visited.add(shard.shard_id)
-            records, following = self._read(shard)
-            read += len(records)
-            self._apply_page(shard, records)
-            shard.iterator = following
-            if following is None:
-                shard.done = True
-            if len(records) >= PAGE_RECORDS:
-                drained = False
+        for outcome in outcomes:
+            self.absorb(outcome)
+            read += outcome.records
+        elapsed = max(time.monotonic() - started, 1e-6)
+        drained = all(o.drained for o in outcomes)
         # A child whose parents ended during this round is read in the next one.
-        unread = any(s.shard_id not in visited and not s.done and s.iterator is not None
-                     and self._parents_done(s) for s in self.shards.values())
+        unread = any(s.shard_id not in {o.shard_id for o in outcomes} and not s.done
+                     and s.iterator is not None and self._parents_done(s)
+                     for s in self.shards.values())
         self.stats.caught_up = drained and not unread and not self.dirty and all(
             not s.pending for s in self.shards.values())
+        self.stats.records_per_s = round(read / elapsed, 1) if outcomes else 0.0
+        self.stats.workers = self.runner.workers
+        lags = self._shard_lags()
+        self.stats.shards = {s.shard_id: {"records": s.records, "records_per_s": round(s.records_per_s, 1),
+                                          "lag_s": round(lags[s.shard_id], 3), "done": s.done}
+                             for s in self.shards.values()}
         return read
+
+    def worker(self) -> Capture:
+        """A copy to run one ``ShardWork`` on: this capture's rule, client and writer, none of
+        its state (each worker's is taken in by ``absorb``)."""
+        clone = copy_module.copy(self)
+        clone.shards = {}
+        clone.dirty = {}
+        clone.finished_splits = set()
+        clone.touched = None if self.touched is None else set()
+        clone.set_aside = {}
+        clone.cleared = set()
+        clone.synced = None
+        clone.stats = type(self.stats)()
+        return clone
+
+    def run_shard(self, work: ShardWork) -> ShardOutcome:
+        """Read and apply ``work``'s shard, page after page while pages come full, for up to
+        its budget. The next page is read while this one is applied."""
+        started = time.monotonic()
+        shard = ShardState(work.shard_id, work.iterator, list(work.parents))
+        self.shards = {shard.shard_id: shard}
+        self.finished_splits = set(work.finished)
+        self.synced = set() if work.record_keys else None
+        records = 0
+        reader = cf.ThreadPoolExecutor(1, thread_name_prefix="capture-read")
+        try:
+            page = self._read_at(work.iterator)
+            while True:
+                batch, following = page
+                full = len(batch) >= PAGE_RECORDS
+                ahead = None
+                if following is not None and full and time.monotonic() - started < work.budget_s:
+                    ahead = reader.submit(self._read_at, following)
+                self._apply_page(shard, batch)
+                records += len(batch)
+                shard.iterator = following
+                shard.done = following is None
+                if ahead is None:
+                    break
+                page = ahead.result()
+        finally:
+            reader.shutdown(wait=False)
+        finished = self.finished_splits - set(work.finished)
+        return ShardOutcome(
+            shard.shard_id, shard.iterator, shard.done, shard.pending, self.dirty, finished,
+            self.touched, self.set_aside, self.cleared, self.stats, records, not full,
+            time.monotonic() - started, self.synced)
+
+    def absorb(self, outcome: ShardOutcome) -> None:
+        """Take in a worker's ``ShardOutcome``: the shard's position (and pages waiting for
+        splits), records kept for unfinished splits, rows set aside or carried, counts."""
+        shard = self.shards[outcome.shard_id]
+        shard.iterator = outcome.iterator
+        shard.done = outcome.done
+        shard.pending += outcome.pending
+        shard.drained = outcome.drained
+        shard.records += outcome.records
+        shard.records_per_s = outcome.records / max(outcome.elapsed_s, 1e-6)
+        for split, keys in outcome.dirty.items():
+            into = self.dirty.setdefault(split, {})
+            for key, change in keys.items():
+                if key in into:
+                    into[key].merge(change)
+                else:
+                    into[key] = change
+        self.finished_splits |= outcome.finished
+        if self.touched is not None and outcome.touched:
+            self.touched |= outcome.touched
+        for key in outcome.cleared:
+            self.set_aside.pop(key, None)
+        self.set_aside.update(outcome.set_aside)
+        if self.synced is not None and outcome.synced:
+            self.synced |= outcome.synced
+        got = outcome.stats
+        for name in self._counts():
+            setattr(self.stats, name, getattr(self.stats, name) + getattr(got, name))
+        if got.last_record_ms:
+            shard.last_record_ms = max(shard.last_record_ms, got.last_record_ms)
+            self.stats.last_record_ms = max(self.stats.last_record_ms, got.last_record_ms)
+
+    def _counts(self) -> tuple[str, ...]:
+        """The stats a worker's outcome adds to this capture's."""
+        return COUNTS
 
     def _parents_done(self, shard: ShardState) -> bool:
         return all(self.shards[p].done and not self.shards[p].pending
@@ -353,9 +531,8 @@ class Capture:
             iterator = self._call(self.raw.shard_iterator, self.stream_id, shard.shard_id)
             self.shards[shard.shard_id] = ShardState(shard.shard_id, iterator, parents)
 
-    def _read(self, shard: ShardState) -> tuple[list[Record], str | None]:
-        assert shard.iterator is not None
-        encoded, following = self._call(self.raw.stream_record_bytes, shard.iterator, PAGE_RECORDS)
+    def _read_at(self, iterator: str) -> tuple[list[Record], str | None]:
+        encoded, following = self._call(self.raw.stream_record_bytes, iterator, PAGE_RECORDS)
         return read_records(encoded, self.transform.key_sources), following
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
@@ -443,9 +620,11 @@ class Capture:
         written meanwhile refuses the write, and its keys are read and merged again. A row that
         cannot be carried (its transform fails, the service refuses it for good, or it keeps
         changing under capture) is set aside (``set_aside``) and capture goes on."""
+        if self.synced is not None:
+            self.synced.update(keys)
         items = list(keys.items())
-        for start in range(0, len(items), BATCH_GET):
-            batch = dict(items[start:start + BATCH_GET])
+        for start in range(0, len(items), SYNC_KEYS):
+            batch = dict(items[start:start + SYNC_KEYS])
             for attempt in range(GUARD_ATTEMPTS):
                 batch = self._sync_refused(batch)
                 if not batch:
@@ -514,8 +693,15 @@ class Capture:
             if refused.intersection([new_key, *change.olds]):
                 again[source_key] = change
             else:
-                self.set_aside.pop(format_key(source_key), None)
+                self._carried(source_key)
         return again
+
+    def _carried(self, source_key: Key) -> None:
+        """A row synced: off the set-aside list, if it was on it (here, or where ``absorb``
+        takes this worker's outcome in)."""
+        text = format_key(source_key)
+        self.set_aside.pop(text, None)
+        self.cleared.add(text)
 
     def _put_aside(self, source_key: Key, reason: str) -> None:
         """A row capture cannot carry: named (with why) in the position, so `rewrite status`
@@ -694,6 +880,18 @@ class RawRow:
     values: dict[str, Any]  # the newest value of each column asked for, decoded
 
 
+_pool: cf.ThreadPoolExecutor | None = None
+
+
+def _io_pool() -> cf.ThreadPoolExecutor:
+    """Threads for the requests of one batch sent together (shared by this process's captures;
+    a request never waits on another one, so sharing cannot deadlock)."""
+    global _pool
+    if _pool is None:
+        _pool = cf.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="capture-io")
+    return _pool
+
+
 def _batch_get(raw: RawClient, table: str, keys: list[Key], versions: int) -> dict[Key, bytes]:
     """The current rows of ``keys`` (every version, with timestamps) as BatchGetRow returns
     them (HEADER + row); absent rows are left out. Rows the service failed to read in a batch
@@ -701,19 +899,26 @@ def _batch_get(raw: RawClient, table: str, keys: list[Key], versions: int) -> di
     found: dict[Key, bytes] = {}
     todo = list(dict.fromkeys(keys))
     delay = 0.05
+
+    def get(chunk: list[Key]) -> list[Key]:
+        request = pb.BatchGetRowRequest()
+        item = request.tables.add(table_name=table, max_versions=max(1, versions))
+        item.primary_key.extend([key_row(key) for key in chunk])
+        response = raw.call("BatchGetRow", request, pb.BatchGetRowResponse)
+        failed = []
+        for key, result in zip(chunk, response.tables[0].rows, strict=True):
+            if not result.is_ok:
+                failed.append(key)
+            elif result.row:
+                found[key] = result.row
+        return failed
+
     while todo:
-        retry = []
-        for start in range(0, len(todo), BATCH_GET):
-            chunk = todo[start:start + BATCH_GET]
-            request = pb.BatchGetRowRequest()
-            item = request.tables.add(table_name=table, max_versions=max(1, versions))
-            item.primary_key.extend([key_row(key) for key in chunk])
-            response = raw.call("BatchGetRow", request, pb.BatchGetRowResponse)
-            for key, result in zip(chunk, response.tables[0].rows, strict=True):
-                if not result.is_ok:
-                    retry.append(key)
-                elif result.row:
-                    found[key] = result.row
+        chunks = [todo[start:start + BATCH_GET] for start in range(0, len(todo), BATCH_GET)]
+        if len(chunks) == 1:
+            retry = get(chunks[0])
+        else:  # one request per 100 keys, sent together: a page's reads cost one round trip
+            retry = [key for failed in _io_pool().map(get, chunks) for key in failed]
         todo = retry
         if todo:
             time.sleep(delay)

@@ -78,19 +78,6 @@ def widen_source_deviation(client: Any, runner: machine.Runner, job: RewriteJob)
 # --- the fence ---------------------------------------------------------------------------------
 
 
-def _recording(capture: capture_mod.Capture) -> set[tuple]:
-    """The source keys ``capture`` syncs from now on (verified again under the fence)."""
-    seen: set[tuple] = set()
-    sync = capture.sync
-
-    def recorded(keys: Any) -> None:
-        seen.update(keys)
-        sync(keys)
-
-    capture.sync = recorded  # type: ignore[method-assign]
-    return seen
-
-
 def _verify_keys(client: Any, job: RewriteJob, keys: Iterable[tuple]) -> list[str]:
     """Source keys whose target row is not exactly the transform of the source row."""
     from tsmigrate.rewrite import copy, transform
@@ -243,7 +230,7 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
     from tsmigrate.rewrite import driver
 
     capture = driver.make_capture(client, runner.rewrite)
-    changed = _recording(capture)
+    changed = capture.record()  # verified again once drained
     acks = wait_for_clients(client, runner, capture.step, report)
     driver.catch_up(runner, capture, report)
     refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")

@@ -28,7 +28,7 @@ import attrs
 import tablestore as ts
 
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.rewrite import machine, prepare
+from tsmigrate.rewrite import machine, prepare, shards
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.progress import next_step
 
@@ -76,19 +76,23 @@ def _splits(client: Any, rewrite: machine.Rewrite) -> list[Any]:
     return kept
 
 
-def make_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
+def make_capture(client: Any, rewrite: machine.Rewrite,
+                 runner: shards.ShardRunner | None = None) -> capture_mod.Capture:
+    """Forward capture, its shards run by ``runner`` (threads, as many as the rewrite's last
+    ``--workers``, unless given)."""
     from tsmigrate.rewrite import capture as capture_mod
     from tsmigrate.rewrite import checkpoints, splits, transform, writer
 
     job = job_of(rewrite)
     split_list = _splits(client, rewrite)
-    return capture_mod.Capture(
+    capture = capture_mod.Capture(
         client, job, transform.build(job), rewrite.doc["capture"],
         split_of=splits.locator(split_list),
         split_done=lambda index: checkpoints.split_done(client, job.id, index),
         writer=writer,
         touched=rewrite.doc.get("touched_splits"),
     )
+    return shards.attach(capture, rewrite, "tsmigrate.rewrite.driver:make_capture", job.id, runner)
 
 
 def _save_capture(runner: machine.Runner, capture: capture_mod.Capture, *,
@@ -148,7 +152,8 @@ def run_backfill(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
     rewrite = runner.rewrite
     job = attrs.evolve(job_of(rewrite), max_rows_per_s=options.max_rows_per_s)
     split_list = _splits(client, rewrite)
-    capture = make_capture(client, rewrite)
+    shard_runner = shards.runner(options.workers, dask=options.dask, spec=spec)
+    capture = make_capture(client, rewrite, shard_runner)
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -181,6 +186,7 @@ def run_backfill(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
         stop.set()
         follower.join()
         executor.close()
+        shard_runner.close()
     if failure:
         raise failure[0]
     _save_capture(runner, capture, backfill={"rows": result.rows, "bytes": result.bytes,
@@ -354,9 +360,14 @@ def _verification(result: Any, accepted: list[str], blocking: list[str] = ()) ->
     }
 
 
-def run_catch_up(client: Any, spec: ConnectionSpec, runner: machine.Runner, report: Report) -> None:
-    capture = make_capture(client, runner.rewrite)
-    catch_up(runner, capture, report)
+def run_catch_up(client: Any, spec: ConnectionSpec, runner: machine.Runner, options: RunOptions,
+                 report: Report) -> None:
+    shard_runner = shards.runner(options.workers, dask=options.dask, spec=spec)
+    try:
+        capture = make_capture(client, runner.rewrite, shard_runner)
+        catch_up(runner, capture, report)
+    finally:
+        shard_runner.close()
     verify_until_stable(client, spec, runner, capture, report, since_ms=None)
     runner.save(phase=machine.READY, ready_ms=machine.now_ms())
 
@@ -367,6 +378,8 @@ def run_to_ready(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
     rewrite = runner.rewrite
     if rewrite.phase in (machine.PAUSED, machine.FAILED):
         runner.save(phase=rewrite.resume_to, error=None)
+    if rewrite.get("capture_workers") != options.workers:
+        runner.save(capture_workers=options.workers)  # the cut-over commands capture with as many
     try:
         while True:
             phase = runner.rewrite.phase
@@ -378,7 +391,7 @@ def run_to_ready(client: Any, spec: ConnectionSpec, runner: machine.Runner, opti
             elif phase == machine.BACKFILL:
                 run_backfill(client, spec, runner, options, report)
             elif phase == machine.CATCH_UP:
-                run_catch_up(client, spec, runner, report)
+                run_catch_up(client, spec, runner, options, report)
             else:
                 return runner.rewrite
     except machine.Interrupted:
@@ -397,12 +410,14 @@ def fail(runner: machine.Runner, exc: BaseException) -> None:
 
 
 def follow(client: Any, runner: machine.Runner, seconds: float | None, report: Report = quiet,
-           stop: threading.Event | None = None) -> None:
+           stop: threading.Event | None = None, shard_runner: shards.ShardRunner | None = None) -> None:
     """Keep capture running for ``seconds`` (None: until interrupted or finished): the source's
     changes into the target while the source is the side of record (ready), the target's into the
     source once switched. A switch, revert or finish asks for the lease: follow hands it over,
     waits for the fence to come down, and goes on in the direction the phase then names.
-    ``stop``: set by another thread to end it (a process that embeds follow)."""
+    ``stop``: set by another thread to end it (a process that embeds follow). ``shard_runner``:
+    who applies the stream shards (``--workers`` / ``--dask``; threads as the rewrite's last
+    ``--workers`` unless given)."""
     deadline = None if seconds is None else time.monotonic() + seconds
 
     def over() -> bool:
@@ -412,7 +427,7 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
     if runner.rewrite.phase not in (machine.READY, machine.SWITCHED):
         raise not_ready(runner.rewrite, "follow runs in phase ready or switched")
     while not over():
-        captures = _captures(client, runner.rewrite)
+        captures = _captures(client, runner.rewrite, shard_runner)
         if captures:
             _follow(runner, captures, over, report)
         else:
@@ -439,7 +454,8 @@ def follow(client: Any, runner: machine.Runner, seconds: float | None, report: R
                 return
 
 
-def _captures(client: Any, rewrite: machine.Rewrite) -> list[tuple[capture_mod.Capture, Callable[..., Any]]]:
+def _captures(client: Any, rewrite: machine.Rewrite, shard_runner: shards.ShardRunner | None = None
+              ) -> list[tuple[capture_mod.Capture, Callable[..., Any]]]:
     """What ``follow`` runs in the rewrite's phase, each with how its position is saved: forward
     capture (ready) or reverse capture (switched, unless --no-revert), and the late-write net
     watching the side services left (``late``), when there is one."""
@@ -447,10 +463,10 @@ def _captures(client: Any, rewrite: machine.Rewrite) -> list[tuple[capture_mod.C
 
     found: list[tuple[capture_mod.Capture, Callable[..., Any]]] = []
     if rewrite.phase == machine.READY:
-        found.append((make_capture(client, rewrite), _save_capture))
+        found.append((make_capture(client, rewrite, shard_runner), _save_capture))
     elif not rewrite.get("no_revert"):
-        found.append((reverse.make_reverse_capture(client, rewrite), reverse.save_reverse))
-    net = late.make(client, rewrite)
+        found.append((reverse.make_reverse_capture(client, rewrite, shard_runner), reverse.save_reverse))
+    net = late.make(client, rewrite, shard_runner)
     if net is not None:
         found.append((net, late.save))
     return found

@@ -45,8 +45,9 @@ import attrs
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
-from tsmigrate.rewrite import machine
+from tsmigrate.rewrite import machine, shards
 from tsmigrate.rewrite.capture import (
+    COUNTS,
     Capture,
     Change,
     Encoded,
@@ -168,6 +169,9 @@ class LateWrites(Capture):
         kept = {k: v for k, v in (stats or {}).items() if k in ("late_writes", "carried", "conflicts")}
         self.stats = NetStats(**kept)
 
+    def _counts(self) -> tuple[str, ...]:
+        return (*COUNTS, "late_writes", "carried", "conflicts")
+
     def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
         watched = self.job.source
         planned, rows = self._read_batch(batch)
@@ -188,7 +192,7 @@ class LateWrites(Capture):
             if refused.intersection([new_key, *change.olds]):
                 again[source_key] = change
             else:
-                self.set_aside.pop(format_key(source_key), None)
+                self._carried(source_key)
         for key in self._write([r for k, r in repairs.items() if k not in again], watched):
             again[key] = batch[key]
         return again
@@ -442,7 +446,8 @@ def watching(rewrite: machine.Rewrite) -> str | None:
     return net.get("watched") if net else None
 
 
-def make(client: Any, rewrite: machine.Rewrite) -> LateWrites | None:
+def make(client: Any, rewrite: machine.Rewrite,
+         runner: shards.ShardRunner | None = None) -> LateWrites | None:
     from tsmigrate.rewrite import transform, writer
     from tsmigrate.rewrite.reverse import reverse_job
 
@@ -455,8 +460,10 @@ def make(client: Any, rewrite: machine.Rewrite) -> LateWrites | None:
     else:
         job = reverse_job(job)
         rule = transform.RowTransform.build(job.source, job.target, default_timestamp=job.created_ms)
-    return LateWrites(client, job, rule, net, rewrite=rewrite.target, since_ms=int(net["since_ms"]),
-                      writer=writer, stats=rewrite.get("late_stats"))
+    found = LateWrites(client, job, rule, net, rewrite=rewrite.target, since_ms=int(net["since_ms"]),
+                       writer=writer, stats=rewrite.get("late_stats"))
+    stamp = f"{net['watched']}@{net['since_ms']}"  # a net of another fence is another rule
+    return shards.attach(found, rewrite, "tsmigrate.rewrite.late:make", stamp, runner)
 
 
 def save(runner: machine.Runner, net: LateWrites, *, stopped_by: str | None = None,

@@ -14,7 +14,7 @@ import attrs
 from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import machine
+from tsmigrate.rewrite import machine, shards
 from tsmigrate.rewrite.job import RewriteJob
 from tsmigrate.service import routing
 
@@ -64,16 +64,18 @@ def reverse_job(job: RewriteJob) -> RewriteJob:
                       created_ms=job.created_ms)
 
 
-def make_reverse_capture(client: Any, rewrite: machine.Rewrite) -> capture_mod.Capture:
+def make_reverse_capture(client: Any, rewrite: machine.Rewrite,
+                         runner: shards.ShardRunner | None = None) -> capture_mod.Capture:
     from tsmigrate.rewrite import transform, writer
 
     job = reverse_job(machine.job_of(rewrite))
-    return capture_mod.Capture(
+    capture = capture_mod.Capture(
         client, job, transform.RowTransform.build(job.source, job.target,
                                                   default_timestamp=job.created_ms),
         rewrite.doc["reverse_capture"], split_of=lambda _key: 0, split_done=lambda _index: True,
         writer=writer, touched=None,
     )
+    return shards.attach(capture, rewrite, "tsmigrate.rewrite.reverse:make_reverse_capture", job.id, runner)
 
 
 def save_reverse(runner: machine.Runner, capture: capture_mod.Capture, *,
