@@ -462,10 +462,16 @@ def test_status_lists_the_clients_with_their_side_and_switch_says_how_long_write
         for thread in threads:
             thread.join(10)
     assert not errors, errors
-    line = re.search(r"Writes held (\d+) ms, (\d+) client\(s\) acknowledged", result.stdout)
+    line = re.search(r"Before the fence: capture reached the stream's end in ([\d.]+)s, verification "
+                     r"took ([\d.]+)s\. Writes held (\d+) ms \(clients ([\d.]+)s, drain ([\d.]+)s\), "
+                     r"(\d+) client\(s\) acknowledged", result.stdout)
     assert line, result.stdout
     fence = machine.load(client, TARGET).get("fence")
-    assert (int(line[1]), int(line[2])) == (fence["held_ms"], fence["acknowledged"])
+    assert (int(line[3]), int(line[6])) == (fence["held_ms"], fence["acknowledged"])
+    # How long it waited for each: before the fence, and with writes held.
+    assert float(line[1]) == pytest.approx(fence["before_catch_up_s"], abs=0.05)
+    assert float(line[2]) == pytest.approx(fence["before_verify_s"], abs=0.05)
+    assert float(line[4]) + float(line[5]) <= fence["held_ms"] / 1000 + 0.1
     assert fence["acknowledged"] >= 2 and fence["unacknowledged"] == []
     # The number printed is how long a write waited at most (give or take a poll of the state).
     held = [s for rows in (old, new) for s in rows.client._router.held_s]

@@ -212,6 +212,8 @@ def _fence_report(event: str, data: dict[str, Any]) -> None:
     elif event == "fence" and data["unacknowledged"]:
         names = ", ".join(f"{c.get('host')}:{c.get('pid')}" for c in data["unacknowledged"])
         err_console.print(f"not acknowledged within the lease (fenced anyway): {names}")
+    elif event == "before-fence":
+        err_console.print(f"before the fence: {_waited(data)}; raising the fence", markup=False)
     elif event == "wrong-side":
         err_console.print(f"switching with {len(data['rows'])} row(s) written to the target directly "
                           "(--accept-target-writes)")
@@ -273,12 +275,27 @@ def revert(table, project, choice):
     _print_fence(done, "reverted", next_step(done))
 
 
+def _waited(before: dict[str, Any]) -> str:
+    """How long a cut-over command waited before its fence, in words."""
+    parts = [f"capture reached the stream's end in {before.get('catch_up_s', 0):.1f}s"]
+    if "late_net_s" in before:
+        parts.append(f"the late-write net settled in {before['late_net_s']:.1f}s")
+    if "verify_s" in before:
+        parts.append(f"verification took {before['verify_s']:.1f}s")
+    return ", ".join(parts)
+
+
 def _print_fence(done: Any, what: str, next_text: str) -> None:
     fence = done.get("fence") or {}
     writes_to = done.target if done.side == "target" else done.source
-    console.print(f"{done.target}: {what}; services on the model API write {writes_to}. "
-                  f"Writes held {fence.get('held_ms', 0)} ms, {fence.get('acknowledged', 0)} client(s) "
-                  f"acknowledged. Next: {next_text}")
+    before = {k.removeprefix("before_"): v for k, v in fence.items() if k.startswith("before_")}
+    waited = f"Before the fence: {_waited(before)}. " if before else ""
+    held = ""
+    if "clients_s" in fence:
+        held = f" (clients {fence['clients_s']:.1f}s, drain {fence.get('drain_s', 0):.1f}s)"
+    console.print(f"{done.target}: {what}; services on the model API write {writes_to}. {waited}"
+                  f"Writes held {fence.get('held_ms', 0)} ms{held}, {fence.get('acknowledged', 0)} "
+                  f"client(s) acknowledged. Next: {next_text}", markup=False)
 
 
 @rewrite.command()

@@ -97,6 +97,11 @@ class CaptureLost(machine.RewriteError):
     """The stream no longer has records capture needs."""
 
 
+class CaptureBehind(machine.RewriteError):
+    """Capture did not reach the end of its stream in the time it was given: the table is
+    written faster than capture applies, or capture was far behind."""
+
+
 @attrs.frozen(slots=True)
 class Record:
     """A stream record as capture reads it from its bytes (``read_records``): the key decoded,
@@ -394,6 +399,18 @@ class Capture:
                 newest = shard.last_record_ms or self.stats.last_record_ms
                 lags[shard.shard_id] = max(0.0, now - newest / 1000) if newest else 0.0
         return lags
+
+    def behind(self, what: str, within_s: float) -> CaptureBehind:
+        """The error of ``what`` waiting longer than ``within_s`` for this capture."""
+        source = self.job.source.name
+        return CaptureBehind(
+            f"{what}: capture did not reach the end of {source}'s stream within {within_s:g}s: "
+            f"{self.lag_s():.1f}s behind, applying {self.stats.records_per_s:,.0f} records/s over "
+            f"{len(self.shards)} shard(s) with {self.stats.workers} worker(s). {source} is written "
+            "faster than that: give capture more workers (`tsmigrate rewrite follow --workers N`, "
+            "up to one per shard; the cut-over commands then use as many), or run it again when "
+            "writes slow down"
+        )
 
     def record(self) -> set[Key]:
         """From now on, keep the source keys synced (returned, filled as rounds go)."""

@@ -41,7 +41,11 @@ FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has 
 # (``created_ms``): trusted within this of the service's (every other time the fence compares is
 # the service's own).
 SKEW_S = 5.0
-CATCH_UP_S = 60.0  # the most reverse capture runs before a revert's fence (the rest drains under it)
+# The most a switch or revert waits for capture to reach the end of its stream before it raises
+# its fence (then drains only what came meanwhile, with writes held)
+CATCH_UP_S = 60.0
+DRAIN_S = 30.0  # the most the fence holds writes while capture drains what is left
+FENCE_STEP_S = 0.25  # a capture round while the fence waits for clients (it polls between rounds)
 FENCE_LEASE_S = 15.0  # the runner's lease once the fence is up: a killed switch is taken over soon
 
 Report = Callable[[str, dict[str, Any]], None]
@@ -193,27 +197,37 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
                 "refused, finish as usual"
             )
         capture = driver.make_capture(client, runner.rewrite)
-        driver.catch_up(runner, capture, report)
+
+        def catch_up() -> float:
+            return driver.catch_up(runner, capture, report, within_s=CATCH_UP_S, what="switch")
+
+        waited = {"catch_up_s": catch_up()}
         if late.watching(rewrite) == rewrite.target:
             # Since a revert: late writes to the target go to the source first, where capture
             # and verification see them as the source's own (after capture's own writes to the
             # target, which the net then need not read again under the fence).
-            late.settle(client, runner, report, other=lambda: driver.catch_up(runner, capture, report))
+            started = time.monotonic()
+            late.settle(client, runner, report, other=catch_up, within_s=CATCH_UP_S)
+            waited["late_net_s"] = time.monotonic() - started
             refused = late.set_aside_error(runner.rewrite, "switch refused")
             if refused is not None:
                 raise refused
-            driver.catch_up(runner, capture, report)
         refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
         if refused is not None:
             raise refused
+        started = time.monotonic()
         check_target(client, spec, runner, capture, accept_target_writes, report)
+        waited["verify_s"] = time.monotonic() - started
         if not no_revert:
             enable_target_stream(client, runner, job)
             widen_source_deviation(client, runner, job)
+        waited["catch_up_s"] += catch_up()  # what came while verification read: the fence's drain
+        before = {name: round(seconds, 3) for name, seconds in waited.items()}
+        report("before-fence", before)
         previous = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
         runner.save(phase=machine.SWITCHING, fence_ms=machine.now_ms(),
                     routing_lease_s=float(lease_s or previous), previous_lease_s=previous,
-                    fence_version=runner.rewrite.version + 1, error=None,
+                    fence_version=runner.rewrite.version + 1, error=None, before_fence=before,
                     no_revert=(problem or ASKED_NO_REVERT) if no_revert else None)
         late.fence_raised(client, runner)
     elif rewrite.phase != machine.SWITCHING:
@@ -231,8 +245,11 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
 
     capture = driver.make_capture(client, runner.rewrite)
     changed = capture.record()  # verified again once drained
-    acks = wait_for_clients(client, runner, capture.step, report)
-    driver.catch_up(runner, capture, report)
+    started = time.monotonic()
+    acks = wait_for_clients(client, runner, lambda: capture.step(FENCE_STEP_S), report)
+    acks["clients_s"] = round(time.monotonic() - started, 3)
+    acks["drain_s"] = round(driver.catch_up(runner, capture, report, within_s=DRAIN_S,
+                                            what="switch, under its fence"), 3)
     refused = machine.set_aside_error(runner.rewrite, machine.FORWARD, "switch refused")
     if refused is not None:
         runner.save(phase=machine.READY, error=str(refused)[:2000], previous_lease_s=None,
@@ -261,8 +278,14 @@ def _switch_fenced(client: Any, runner: machine.Runner, job: RewriteJob, fence_m
     net = late.begin(client, runner, job.source.name, runner.rewrite.doc["capture"])
     held_ms = machine.now_ms() - fence_ms
     return runner.save(phase=machine.SWITCHED, switched_ms=machine.now_ms(), reverse_capture=reverse,
-                       fence={**acks, "held_ms": held_ms, "to": machine.TARGET},
+                       fence={**acks, "held_ms": held_ms, "to": machine.TARGET,
+                              **_before(runner.rewrite)},
                        previous_lease_s=None, late_net=net, late_lag_s=None)
+
+
+def _before(rewrite: machine.Rewrite) -> dict[str, Any]:
+    """How long the command waited before its fence (``before_fence``), for the fence record."""
+    return {f"before_{name}": seconds for name, seconds in (rewrite.get("before_fence") or {}).items()}
 
 
 def _fence_down(fence_ms: int, to: str) -> dict[str, Any]:
@@ -321,13 +344,15 @@ def revert(client: Any, runner: machine.Runner, *, report: Report) -> machine.Re
                 f"{rewrite.source} lacks every write made since. "
                 f"`tsmigrate rewrite finish {rewrite.target}` ends the rewrite on {rewrite.target}"
             )
-        # Reverse capture catches up before the fence (a shorter fence), and what it set aside
-        # refuses the revert before any write is held.
-        driver.drain_reverse(client, runner, report, time.monotonic() + CATCH_UP_S)
+        # Reverse capture reaches the stream's end before the fence (the fence then drains only
+        # what came meanwhile), and what it set aside refuses the revert before any write is held.
+        before = {"catch_up_s": round(driver.drain_reverse(client, runner, report, within_s=CATCH_UP_S,
+                                                           what="revert"), 3)}
+        report("before-fence", before)
         refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "revert refused")
         if refused is not None:
             raise refused
-        runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(),
+        runner.save(phase=machine.REVERTING, fence_ms=machine.now_ms(), before_fence=before,
                     fence_version=runner.rewrite.version + 1)
         late.fence_raised(client, runner)
     elif rewrite.phase != machine.REVERTING:
@@ -347,16 +372,18 @@ def _lower(client: Any, runner: machine.Runner, to: str, report: Report) -> mach
 
 
 def _lower_fenced(client: Any, runner: machine.Runner, to: str, report: Report) -> machine.Rewrite:
+    from tsmigrate.rewrite import driver
+
     capture = make_reverse_capture(client, runner.rewrite)
     fence_ms = int(runner.rewrite.get("fence_ms") or machine.now_ms())
-    acks = wait_for_clients(client, runner, capture.step, report)
-    while True:
-        capture.step()
-        save_reverse(runner, capture)
-        if capture.stats.caught_up:
-            break
+    started = time.monotonic()
+    acks = wait_for_clients(client, runner, lambda: capture.step(FENCE_STEP_S), report)
+    acks["clients_s"] = round(time.monotonic() - started, 3)
+    acks["drain_s"] = round(driver.catch_up(runner, capture, report, within_s=DRAIN_S, save=save_reverse,
+                                            what="revert, under its fence"), 3)
     held_ms = machine.now_ms() - fence_ms
-    fence = {**acks, "held_ms": held_ms, "to": machine.SOURCE if to == machine.READY else machine.TARGET}
+    fence = {**acks, "held_ms": held_ms, "to": machine.SOURCE if to == machine.READY else machine.TARGET,
+             **_before(runner.rewrite)}
     refused = machine.set_aside_error(runner.rewrite, machine.REVERSE, "revert refused")
     if to == machine.READY and refused is not None:
         runner.save(phase=machine.SWITCHED, fence={**fence, "to": machine.TARGET},
@@ -375,12 +402,14 @@ def _lower_fenced(client: Any, runner: machine.Runner, to: str, report: Report) 
 def check_target(client: Any, spec: Any, runner: machine.Runner, capture: capture_mod.Capture,
                  accept: bool, report: Report) -> None:
     """Verify the whole target before the fence: a row capture did not write is a write to the
-    wrong side (a service or script writing the new table directly)."""
+    wrong side (a service or script writing the new table directly). A row is named so only
+    once capture reached the end of the stream and the row still differs (``RowsDiffer``),
+    never because capture has not reached it yet (that raises ``CaptureBehind``)."""
     from tsmigrate.rewrite import driver
 
     try:
         driver.verify_until_stable(client, spec, runner, capture, report, since_ms=None)
-    except machine.RewriteError as exc:
+    except driver.RowsDiffer as exc:
         verification = runner.rewrite.get("verification") or {}
         blocking = verification.get("first_differences") or []
         if accept and not verification.get("collisions"):

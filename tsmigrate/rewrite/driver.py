@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
+RECHECK_CATCH_UP_S = 60.0  # the most a re-check waits for capture to reach the stream's end
 SAVE_EVERY_S = 1.0  # how often the capture position is written while following
 HEARTBEAT_S = 20.0  # lease renewal while verification runs (leases last minutes)
 ERROR_CHARS = 300  # a capture's error as status shows it
+DRAIN_S = 60.0  # the most finish and the cut-over commands wait for a capture to reach its end
 
 
 @attrs.frozen
@@ -128,17 +130,24 @@ def heartbeat(runner: machine.Runner, report: Report, every_s: float = HEARTBEAT
         thread.join()
 
 
-def catch_up(runner: machine.Runner, capture: capture_mod.Capture, report: Report,
-             deadline: float | None = None) -> None:
-    """Apply records until the stream is drained and nothing waits; saves the position."""
+def catch_up(runner: machine.Runner, capture: capture_mod.Capture, report: Report, *,
+             within_s: float | None = None, what: str = "catch-up",
+             save: Callable[..., Any] | None = None) -> float:
+    """Apply rounds until one ends at the end of every shard with nothing waiting (caught up),
+    saving the position (``save``: forward capture's unless given); the seconds it took. Given
+    ``within_s``, a capture still behind after that long raises ``CaptureBehind``, naming
+    its lag and rate (``what`` says which command waited: ``Capture.behind``)."""
+    save = save or _save_capture
+    started = time.monotonic()
     while True:
         capture.step()
-        _save_capture(runner, capture)
+        save(runner, capture)
         report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
+        waited = time.monotonic() - started
         if capture.stats.caught_up:
-            return
-        if deadline is not None and time.monotonic() > deadline:
-            return
+            return waited
+        if within_s is not None and waited > within_s:
+            raise capture.behind(what, within_s)
 
 
 # --- phases ---------------------------------------------------------------------------------------
@@ -224,7 +233,7 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
     t = transform.build(job)
     keys = [_key(s) for s, _ in differences if s]
     before = capture_mod.read_rows(client, job.source.name, keys, copy.versions(job))
-    catch_up(runner, capture, report)
+    catch_up(runner, capture, report, within_s=RECHECK_CATCH_UP_S, what="verification")
     wanted = {_key(tk) for _, tk in differences if tk}
     expected = {}
     for source_key, row in before.items():
@@ -276,6 +285,10 @@ def copied_totals(client: Any, job: RewriteJob, capture: capture_mod.Capture) ->
         return {}
     return {c.index: (c.rows, c.digest) for c in checkpoints.list_splits(client, job.id)
             if c.done and c.index not in capture.touched}
+
+
+class RowsDiffer(machine.RewriteError):
+    """Rows differ after capture reached the end of the stream: not capture's lag."""
 
 
 def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runner,
@@ -334,7 +347,7 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
         return
     blocking = checked.blocking or checked.moving
     runner.save(verification=_verification(result, accepted, blocking))
-    raise machine.RewriteError(
+    raise RowsDiffer(
         f"verification: {len(blocking)} row(s) differ between {job.source.name} and "
         f"{job.target.name} after catching up (first: {'; '.join(blocking[:5])}); cut-over is "
         f"blocked. Run `tsmigrate rewrite status {job.target.name}` for details"
@@ -633,23 +646,19 @@ def _writes_watched(client: Any, runner: machine.Runner, report: Report) -> Call
     if watched == runner.rewrite.source and not runner.rewrite.get("no_revert"):
         return lambda: drain_reverse(client, runner, report)
     if watched == runner.rewrite.target:
-        return lambda: catch_up(runner, make_capture(client, runner.rewrite), report)
+        return lambda: catch_up(runner, make_capture(client, runner.rewrite), report, within_s=DRAIN_S,
+                                what="the late-write net's drain")
     return None
 
 
-def drain_reverse(client: Any, runner: machine.Runner, report: Report,
-                   deadline: float | None = None) -> None:
-    """Apply the target's last changes to the old table, which readers may still read (until
-    the stream is drained, or ``deadline``, a ``time.monotonic()``)."""
+def drain_reverse(client: Any, runner: machine.Runner, report: Report, *,
+                  within_s: float | None = DRAIN_S, what: str = "finish") -> float:
+    """Apply the target's last changes to the old table, which readers may still read, until
+    reverse capture reached the end of the target's stream (``catch_up``); the seconds it took."""
     from tsmigrate.rewrite import reverse
 
     capture = reverse.make_reverse_capture(client, runner.rewrite)
-    while True:
-        capture.step()
-        reverse.save_reverse(runner, capture)
-        report("capture", {"lag_s": capture.lag_s(), **attrs.asdict(capture.stats)})
-        if capture.stats.caught_up or (deadline is not None and time.monotonic() > deadline):
-            return
+    return catch_up(runner, capture, report, within_s=within_s, what=what, save=reverse.save_reverse)
 
 
 def _verify_forced(client: Any, spec: ConnectionSpec, runner: machine.Runner,
@@ -657,7 +666,7 @@ def _verify_forced(client: Any, spec: ConnectionSpec, runner: machine.Runner,
     """finish --force: capture catches up and the target is verified; rows services wrote to
     the target directly since ready are accepted only with ``accept_target_writes``."""
     capture = make_capture(client, runner.rewrite)
-    catch_up(runner, capture, report)
+    catch_up(runner, capture, report, within_s=DRAIN_S, what="finish --force")
     verify_until_stable(client, spec, runner, capture, report,
                         since_ms=int(runner.rewrite.get("ready_ms", machine.now_ms())))
     changed = int((runner.rewrite.get("verification") or {}).get("changed_meanwhile", 0))

@@ -68,6 +68,7 @@ KEY_TEXT_MAX = 900  # longer key texts are hashed in the state row's key (1 KB a
 # default socket_timeout (tablestore.OTSClient.DEFAULT_SOCKET_TIMEOUT).
 SDK_REQUEST_TIMEOUT_S = 50.0
 MARGIN_S = 0.5  # the stream shows a record a moment after its write is acknowledged
+DRAIN_S = 60.0  # the most a pass waits for the net to reach its stream's end
 POLL_S = 0.25
 SAVE_EVERY_S = 1.0
 
@@ -503,14 +504,18 @@ def bound_s(client: Any, rewrite: machine.Rewrite) -> tuple[float, str]:
                    f"+ {MARGIN_S:g}s for the stream")
 
 
-def _pass(runner: machine.Runner, net: LateWrites, deadline: float | None = None) -> None:
-    """Apply the watched stream until it is drained (or ``deadline``, monotonic): saved once a
-    second meanwhile (a save rewrites the rewrite's row) and at the end."""
-    saved = time.monotonic()
+def _pass(runner: machine.Runner, net: LateWrites, within_s: float | None = None) -> None:
+    """Apply the watched stream until it is drained: saved once a second meanwhile (a save
+    rewrites the rewrite's row) and at the end. Not drained within ``within_s``: raises
+    ``CaptureBehind``."""
+    started = saved = time.monotonic()
     while True:
         net.step()
-        if net.stats.caught_up or (deadline is not None and time.monotonic() > deadline):
+        if net.stats.caught_up:
             break
+        if within_s is not None and time.monotonic() - started > within_s:
+            save(runner, net)
+            raise net.behind("the late-write net", within_s)
         if time.monotonic() - saved > SAVE_EVERY_S:
             save(runner, net)
             saved = time.monotonic()
@@ -518,12 +523,13 @@ def _pass(runner: machine.Runner, net: LateWrites, deadline: float | None = None
 
 
 def settle(client: Any, runner: machine.Runner, report: Report,
-           other: Callable[[], Any] | None = None) -> None:
+           other: Callable[[], Any] | None = None, within_s: float | None = DRAIN_S) -> None:
     """Wait until the net has read past the fence by ``bound_s``, then drain it: after that no
     acknowledged write can still land on the watched side unseen. ``other`` drains the capture
     that writes the watched side (reverse capture after a switch, forward capture after a
     revert) before each pass: the net compares the watched side with the side of record, and
-    must not take that capture's lag for late writes."""
+    must not take that capture's lag for late writes. A pass that does not reach the stream's
+    end within ``within_s`` raises ``CaptureBehind``."""
     net = make(client, runner.rewrite)
     if net is None:
         return
@@ -534,7 +540,7 @@ def settle(client: Any, runner: machine.Runner, report: Report,
         now = clock.server_now_ms(client)  # read before the pass: the drain covers up to it
         if other is not None:
             other()
-        _pass(runner, net)
+        _pass(runner, net, within_s)
         if now >= until:
             report("late", {"lag_s": 0.0, **attrs.asdict(net.stats)})
             return
