@@ -121,3 +121,26 @@ def test_forty_async_writers_at_full_speed_through_switch_revert_and_switch(
     for key in written:  # every acknowledged increment, at most the unconfirmed ones more
         assert load.acked[key] <= (record.get(key) or 0) <= load.acked[key] + load.unsure[key], key
         assert old.get(key) == record.get(key), key
+
+
+def test_a_switch_capture_cannot_catch_up_for_refuses_before_its_fence(ots_instance, monkeypatch):
+    from tsmigrate.rewrite import capture
+    from tsmigrate.service import Rows
+
+    client = ct.ready(ots_instance)
+    rows = Rows(ct.Counter, client)
+    for i in range(60):  # a backlog of more than a page
+        rows.update({"device": "d1", "seq": i}, set={"note": f"n{i}"})
+    monkeypatch.setattr(capture, "PAGE_RECORDS", 10)
+    monkeypatch.setattr(capture, "STEP_BUDGET_S", 0.0)  # a page per round
+    monkeypatch.setattr(cutover, "CATCH_UP_S", 0.0)
+    with pytest.raises(capture.CaptureBehind) as refused:
+        ct.switch(client)
+    message = str(refused.value)
+    assert message.startswith("switch: capture did not reach the end of counters's stream within 0s")
+    assert "records/s over 1 shard(s)" in message and "--workers N" in message
+    rewrite = machine.load(client, ct.TARGET)
+    assert rewrite.phase == machine.READY and rewrite.side != machine.HOLD  # no fence went up
+    assert rewrite.get("fence_ms") is None
+    monkeypatch.undo()
+    assert ct.switch(client).phase == machine.SWITCHED  # once capture keeps up, it switches

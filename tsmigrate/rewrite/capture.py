@@ -419,10 +419,11 @@ class Capture:
 
     # -- one round over the shards ---------------------------------------------------------------
 
-    def step(self, budget_s: float = STEP_BUDGET_S) -> int:
+    def step(self, budget_s: float | None = None) -> int:
         """One round: every readable shard (its parents read to their end) is read and applied
         for up to ``budget_s`` (at least a page), in parallel as ``runner`` allows; the dirty
         keys of splits that finished are synced first. Returns the number of records read."""
+        budget_s = STEP_BUDGET_S if budget_s is None else budget_s
         self._discover()
         self._resolve_finished_splits()
         readable = [s for s in self.shards.values() if not s.done and s.iterator is not None
