@@ -234,6 +234,45 @@ def stalling_cli(argv: list[str]) -> None:
     main(argv, prog_name="tsmigrate")  # exits with the command's status
 
 
+# `python -c STALLING_CAPTURE_CLI ARGS...`: `tsmigrate ARGS`, its capture stalled mid-page.
+STALLING_CAPTURE_CLI = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+    "import rewrite_tables; rewrite_tables.stalling_capture_cli(sys.argv[1:])"
+)
+
+
+def stalling_capture_cli(argv: list[str]) -> None:
+    """Run `tsmigrate ARGV`; the capture worker whose batch of cell updates is the run's
+    ``$STALL_AFTER``th writes half of its rows, writes ``$STALL_MARKER``, then waits forever:
+    the other shards' workers go on, and a test that kills the process on the marker kills it
+    in the middle of a page, its position not saved past it, every time."""
+    from tsmigrate.cli import main
+    from tsmigrate.rewrite import writer
+
+    after = int(os.environ[STALL_AFTER])
+    marker = Path(os.environ[STALL_MARKER])
+    update = writer.update_rows
+    calls = [0]
+    lock = threading.Lock()
+
+    def update_then_stall(client: Any, table: str, rows: Any) -> None:
+        with lock:
+            calls[0] += 1
+            stall = calls[0] == after
+        if not stall:
+            update(client, table, rows)
+            return
+        half = list(rows)[:max(1, len(rows) // 2)]
+        update(client, table, half)
+        written = marker.with_name(marker.name + ".tmp")
+        written.write_text(f"{len(half)} of {len(rows)} rows of a page written to {table}")
+        written.replace(marker)
+        threading.Event().wait()  # until SIGKILL
+
+    writer.update_rows = update_then_stall
+    main(argv, prog_name="tsmigrate")
+
+
 # -- a split task that stops where a test kills its worker ----------------------------------------
 
 

@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -352,4 +353,107 @@ def test_a_trimmed_stream_stops_follow_and_finish_and_their_advice_starts_a_safe
     again = _run(project, ots_instance, "apply", "--yes")
     assert again.returncode == 0, again.stderr
     assert "readings_by_seq: ready" in again.stdout
+    _target_equals_source(ots_instance)
+
+
+# -- capture killed mid-page, its shards applied by several workers --------------------------------
+
+
+def _updates(client, rows: int, round_number: int) -> None:
+    """Every source row gets a new temp, and every other row another region (part of the new
+    key: the row moves), stamped later than the round before."""
+    base = int(time.time() * 1000) + round_number
+    items = []
+    for i in range(rows):
+        key, _ = rt.source_row(i, base)
+        cells = [("temp", float(round_number * 10_000 + i), base)]
+        if i % 2:
+            cells.append(("region", ["eu", "us", "ap"][(i + round_number) % 3], base))
+        items.append(ts.UpdateRowItem(ts.Row(key, {"put": cells}), ts.Condition("IGNORE")))
+    for start in range(0, len(items), 200):
+        request = ts.BatchWriteRowRequest()
+        request.add(ts.TableInBatchWriteRowItem(rt.SOURCE.name, items[start:start + 200]))
+        assert client.batch_write_row(request).is_all_succeed()
+
+
+def _killed_on_marker(tmp_path: Path, project: Path, ots, name: str, *args: str) -> str:
+    """`tsmigrate ARGS` in a process of its own, its capture stalled mid-page on its second batch
+    of updates, killed there with SIGKILL; what the marker says was written."""
+    marker = tmp_path / f"stalled-{name}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
+    env = {**environ, **_env(ots), rt.STALL_AFTER: "2", rt.STALL_MARKER: str(marker)}
+    with open(tmp_path / f"stderr-{name}", "w+") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", rt.STALLING_CAPTURE_CLI, *args], cwd=project,
+                                   env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not marker.exists():
+                assert process.poll() is None, (tmp_path / f"stderr-{name}").read_text()
+                assert time.monotonic() < deadline, "capture never stalled"
+                time.sleep(0.01)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(60)
+    assert process.returncode == -signal.SIGKILL
+    return marker.read_text()
+
+
+@pytest.mark.slow
+def test_follow_killed_mid_page_with_four_workers_loses_nothing(tmp_path, ots_instance,
+                                                                 ots_server_options):
+    ots_server_options.stream_shards = 4
+    rows = 400
+    project, _ = _source(tmp_path, ots_instance, rows)
+    assert _run(project, ots_instance, "apply", "--yes", "--workers", "2").returncode == 0
+    client = ots_instance.client()
+    for number in range(3):
+        _updates(client, rows, number)
+    before = machine.load(client, "readings_by_seq").doc["capture"]
+    said = _killed_on_marker(tmp_path, project, ots_instance, "follow", "rewrite", "follow",
+                             "readings_by_seq", "--workers", "4")
+    assert "of a page written to readings_by_seq" in said
+    # The killed run kept no position past the page it was killed in: its shard is read again.
+    after = machine.load(client, "readings_by_seq").doc["capture"]
+    stalled = [s for s in after["shards"] if after["shards"][s] == before["shards"][s]]
+    assert stalled, "every shard's position moved past the page the kill interrupted"
+    again = _run(project, ots_instance, "rewrite", "follow", "readings_by_seq", "--for", "2",
+                 "--workers", "4")
+    assert again.returncode == 0, again.stderr
+    _drain(ots_instance)
+    _target_equals_source(ots_instance)
+    status = json.loads(_run(project, ots_instance, "rewrite", "status", "readings_by_seq",
+                             "--format", "json").stdout)
+    assert status["phase"] == "ready"
+
+
+@pytest.mark.slow
+def test_apply_killed_mid_page_of_capture_with_several_workers_loses_nothing(
+        tmp_path, ots_instance, ots_server_options):
+    ots_server_options.stream_shards = 4
+    rows = 3000
+    project, _ = _source(tmp_path, ots_instance, rows)
+    client = ots_instance.client()
+    writing = threading.Event()
+    numbers = iter(range(1000))
+
+    def services() -> None:  # the source keeps changing while the backfill copies it
+        while not writing.is_set():
+            _updates(client, 300, next(numbers))
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=services, daemon=True)
+    writer.start()
+    try:
+        said = _killed_on_marker(tmp_path, project, ots_instance, "apply", "apply", "--yes",
+                                 "--workers", "4", "--max-rows-per-s", "1500")
+    finally:
+        writing.set()
+        writer.join(30)
+    assert "of a page written to readings_by_seq" in said
+    assert machine.load(client, "readings_by_seq").phase == machine.BACKFILL  # killed mid-copy
+    finished = _run(project, ots_instance, "apply", "--yes", "--workers", "4")
+    assert finished.returncode == 0, finished.stderr
+    assert "readings_by_seq: ready" in finished.stdout
+    _drain(ots_instance)
     _target_equals_source(ots_instance)
