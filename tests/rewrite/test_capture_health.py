@@ -21,7 +21,7 @@ from cutover_tables import Counter
 
 from tsmigrate.instance.records import Action, CommandRun
 from tsmigrate.rewrite import capture as capture_mod
-from tsmigrate.rewrite import driver, machine
+from tsmigrate.rewrite import driver, machine, shards
 from tsmigrate.service import Rows, routing
 
 pytestmark = pytest.mark.slow  # each builds a rewrite at ready: about a second
@@ -248,3 +248,49 @@ def test_reverse_capture_keeps_its_own_lag_and_the_late_net_is_shown(ready, ots_
         late = _capture(data, "late_net")
         assert (late["state"], late["lag_s"]) == ("running", 0.4)
         assert "late writes counters -> counters_by_seq: running, lag 0.4s" in text
+
+
+def test_a_running_capture_shows_its_rate_and_each_shards_records_and_lag(
+        ots_instance, ots_server_options, tmp_path):
+    """A source stream of 4 shards: status shows the running capture's records/s and workers,
+    and a line per shard (short id, records, records/s, lag); the JSON every shard in full."""
+    import attrs
+    import rewrite_tables as rt
+
+    ots_server_options.stream_shards = 4  # the source's stream, turned on by apply's prepare
+    target = rt.TARGET.name
+    client, _ = rt.ready_capture(ots_instance, attrs.evolve(rt.TARGET, replaces=rt.SOURCE.name))
+    (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
+    (tmp_path / "app_models.py").write_text(rt.MODELS_V2)
+    with machine.Runner(client, target) as runner:  # this process runs capture: "running"
+        capture = driver.make_capture(client, runner.rewrite, shards.Threads(3))
+        rt.fill(client, 400, first=40)  # 360 new rows: a record each, spread over the shards
+        capture.step()
+        driver._save_capture(runner, capture)
+        shown = []
+        for args in (("rewrite", "status", target), ("status",)):
+            text = _cli(tmp_path, ots_instance, *args)
+            data = _cli(tmp_path, ots_instance, *args, "--format", "json")
+            assert text.returncode == 0 and data.returncode == 0, text.stderr + data.stderr
+            data = json.loads(data.stdout)
+            shown.append((text.stdout, data["rewrites"][0] if args == ("status",) else data))
+    for text, data in shown:
+        forward = _capture(data, "capture")
+        assert forward["state"] == "running" and forward["workers"] == 3
+        assert forward["records_per_s"] > 0
+        per_shard = forward["shards"]
+        assert sorted(s["id"] for s in per_shard) == sorted(capture.shards)
+        assert all(s["records"] > 0 and s["records_per_s"] > 0 for s in per_shard)
+        assert sum(s["records"] for s in per_shard) == 360
+        lags = [s["lag_s"] for s in per_shard]
+        assert lags == sorted(lags, reverse=True)
+        head = _line(text, "capture readings -> readings_by_seq:")
+        assert head.startswith("capture readings -> readings_by_seq: running, lag ")  # as before
+        rate = _line(text, f"{forward['records_per_s']:,.0f} records/s,")
+        assert rate.endswith(", 3 workers, 4 shards"), rate
+        lines = [line.strip() for line in text.splitlines() if line.strip().startswith("shard ")]
+        assert len(lines) == 4
+        for shard, line in zip(per_shard, lines, strict=True):
+            assert shard["id"].startswith(shard["short_id"]) and len(shard["short_id"]) >= 8
+            assert line.startswith(f"shard {shard['short_id']}: {shard['records']:,} records, "), line
+            assert line.endswith(f"records/s, lag {shard['lag_s']:.1f}s"), line

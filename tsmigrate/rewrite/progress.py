@@ -285,7 +285,47 @@ def captures_of(rewrite: machine.Rewrite, holder: dict[str, Any] | None) -> list
             "last_progress": _when(at_ms), "last_progress_ms": at_ms,
             "last_progress_age_s": _age_s(at_ms, now),
             "error": error, "restart": restart, "stats": stats,
+            # The last round's rate and the workers while it runs; each shard's records (applied
+            # by the process running it), rate and lag, the laggiest first.
+            "records_per_s": (float(stats["records_per_s"]) if running
+                              and isinstance(stats.get("records_per_s"), (int, float)) else None),
+            "workers": (int(stats["workers"]) if running
+                        and isinstance(stats.get("workers"), (int, float)) else None),
+            "shards": shards_of(stats, running),
         })
+    return out
+
+
+SHARDS_SHOWN = 16  # shard lines the text shows a capture (the JSON has every one)
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Each id's shortest prefix of at least ``least`` characters that no other id starts with."""
+    short = {}
+    for one in ids:
+        n = min(least, len(one))
+        while n < len(one) and any(other != one and other.startswith(one[:n]) for other in ids):
+            n += 1
+        short[one] = one[:n]
+    return short
+
+
+def shards_of(stats: dict[str, Any], running: bool) -> list[dict[str, Any]]:
+    """A capture's shards from its stats: id, short id, records applied, and (while it runs:
+    a stopped capture's are stale) the last round's records/s and the lag; the laggiest first."""
+    saved = stats.get("shards")
+    saved = {k: v for k, v in saved.items() if isinstance(v, dict)} if isinstance(saved, dict) else {}
+    short = short_ids(list(saved))
+
+    def number(value: Any) -> float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+    out = [{"id": shard_id, "short_id": short[shard_id], "records": int(number(one.get("records"))),
+            "records_per_s": round(number(one.get("records_per_s")), 1) if running else None,
+            "lag_s": round(number(one.get("lag_s")), 3) if running else None,
+            "done": bool(one.get("done"))}
+           for shard_id, one in saved.items()]
+    out.sort(key=lambda s: (-(s["lag_s"] or 0.0), -s["records"], s["id"]))
     return out
 
 
@@ -451,10 +491,33 @@ def captures_text(captures: list[dict[str, Any]]) -> list[str]:
         elif stats:
             did += [f"re-synced {stats.get('resynced', 0):,}", f"moved {stats.get('moved', 0):,}"]
         lines.append(f"{head}; {progress}" + (f"; {', '.join(did)}" if did else ""))
+        lines += _rate_lines(c)
         if c["error"]:
             lines.append(f"  last error: {c['error']}")
         if c.get("restart"):
             lines.append(f"  `{c['restart']}` starts it again from its saved position")
+    return lines
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' if n != 1 else ''}"
+
+
+def _rate_lines(capture: dict[str, Any]) -> list[str]:
+    """A running capture's rate and workers, and (with more than one shard) a line a shard, the
+    laggiest first, at most ``SHARDS_SHOWN``."""
+    if capture["state"] != "running" or capture.get("records_per_s") is None:
+        return []
+    shards = capture.get("shards") or []
+    lines = [f"  {capture['records_per_s']:,.0f} records/s, "
+             f"{_plural(capture.get('workers') or 1, 'worker')}, {_plural(len(shards), 'shard')}"]
+    if len(shards) > 1:
+        for shard in shards[:SHARDS_SHOWN]:
+            lines.append(f"    shard {shard['short_id']}: {shard['records']:,} records, "
+                         f"{shard['records_per_s'] or 0:,.0f} records/s, lag {shard['lag_s'] or 0:.1f}s"
+                         + (", done" if shard["done"] else ""))
+        if len(shards) > SHARDS_SHOWN:
+            lines.append(f"    … {len(shards) - SHARDS_SHOWN} more")
     return lines
 
 
