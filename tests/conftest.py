@@ -26,3 +26,15 @@ def pytest_xdist_auto_num_workers(config):
     import os
 
     return (os.cpu_count() or 1) + 1
+
+
+def _short_write_samples() -> None:
+    """Prepare watches the source's stream for its write rate (``capacity.SAMPLE_S``, 2 s; plan
+    half as long when the stream is on): 50 ms here, where many tests prepare a rewrite. Tests
+    of the rate itself set their own."""
+    from tsmigrate.rewrite import capacity
+
+    capacity.SAMPLE_S = 0.05
+
+
+_short_write_samples()

@@ -209,8 +209,9 @@ def stalling_cli(argv: list[str]) -> None:
     workers go on, so a test that kills the process on the marker kills it mid-copy, every time,
     however fast or slow the machine is."""
     from tsmigrate.cli import main
-    from tsmigrate.rewrite import checkpoints, copy
+    from tsmigrate.rewrite import capacity, checkpoints, copy
 
+    capacity.SAMPLE_S = 0.05  # prepare's sample of the writes, as in the tests' own process
     if os.environ.get(PAGE_ROWS):
         copy.PAGE_ROWS = copy.FIRST_PAGE_ROWS = int(os.environ[PAGE_ROWS])
     after = int(os.environ[STALL_AFTER])
@@ -247,8 +248,9 @@ def stalling_capture_cli(argv: list[str]) -> None:
     the other shards' workers go on, and a test that kills the process on the marker kills it
     in the middle of a page, its position not saved past it, every time."""
     from tsmigrate.cli import main
-    from tsmigrate.rewrite import writer
+    from tsmigrate.rewrite import capacity, writer
 
+    capacity.SAMPLE_S = 0.05  # prepare's sample of the writes, as in the tests' own process
     after = int(os.environ[STALL_AFTER])
     marker = Path(os.environ[STALL_MARKER])
     update = writer.update_rows

@@ -46,6 +46,17 @@ def _with_rewrites_ahead(project, target, live, catalog, result):
         return attrs.evolve(result, rewrites=upcoming(client, live, catalog))
 
 
+def _with_capture_checks(project, target, result):
+    """Whether change capture keeps up with each rewrite's source writes, for apply's default
+    workers (the source's stream sampled briefly only when it is on)."""
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
+    from tsmigrate.rewrite import capacity, shards
+
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return capacity.with_checks(client, result, shards.DEFAULT_WORKERS)
+
+
 @click.command()
 @models_option
 @project_option
@@ -93,6 +104,8 @@ def plan(models, project, choice, fmt, out, prune, detailed_exitcode):
     if any(step.kind == "rewrite_table" for step in result.steps):
         # Before --out is written: a rewrite refused here leaves no plan file behind.
         result = _with_rewrite_costs(proj, target, live, catalog, result)
+    if result.rewrites or any(step.kind == "rewrite_table" for step in result.steps):
+        result = _with_capture_checks(proj, target, result)
     if out is not None:
         # The file carries a rewrite's cost as the JSON output does; apply's comparison of the
         # file's steps with its own leaves the cost out (an estimate, not part of the step).

@@ -511,6 +511,9 @@ class RewriteTable(Step):
     # Why rows written to the new table after the switch cannot be carried back to the old one
     # (``tsmigrate.rewrite.shapes.revert_problem``); empty when they can.
     revert: str = attrs.field(default="", eq=False)
+    # Whether change capture keeps up with the source's writes (``tsmigrate.rewrite.capacity``
+    # ``Check``: the figures, a verdict and its text), found by plan; None until then.
+    capture: Any = attrs.field(default=None, eq=False)
 
     @property
     def risk(self) -> str:

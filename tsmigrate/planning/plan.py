@@ -59,6 +59,9 @@ class RewriteAhead:
     source: str
     phase: str | None = None
     note: str = ""  # the state it was left in, when that differs from where it goes on
+    # Whether change capture keeps up with the source's writes (``tsmigrate.rewrite.capacity``
+    # ``Check``), found by plan; None until then.
+    capture: Any = attrs.field(default=None, eq=False)
 
     @property
     def action(self) -> str:
@@ -71,7 +74,8 @@ class RewriteAhead:
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "source": self.source, "action": self.action,
-                "phase": self.phase, "note": self.note, "summary": self.summary()}
+                "phase": self.phase, "note": self.note, "summary": self.summary(),
+                "capture": None if self.capture is None else self.capture.to_dict()}
 
 
 @attrs.frozen

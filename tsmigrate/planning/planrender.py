@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from tsmigrate.lint.core import ERROR, SEVERITIES, WARNING, Finding
 from tsmigrate.planning import ops
@@ -87,6 +88,8 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
                 lines.append(f"         {paint(_escape(step.reason, colour), 'dim')}")
             if _revert_note(step):  # a fact to decide on before the switch, not a detail
                 lines.append(f"         {paint('! ' + _escape(_revert_note(step), colour), 'yellow')}")
+            if isinstance(step, ops.RewriteTable) and step.capture is not None:
+                lines.append(f"         {_capture_line(step.capture, colour)}")
     if plan.rewrites:
         lines.append("")
         lines.append(_escape(_REWRITES_AHEAD.replace("`", ""), colour))
@@ -95,6 +98,8 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
                          f"[{paint(ops.DATA_COPY, _RISK_COLOURS[ops.DATA_COPY])}]")
             if rewrite.note:
                 lines.append(f"      {paint(_escape(rewrite.note, colour), 'dim')}")
+            if rewrite.capture is not None:
+                lines.append(f"      {_capture_line(rewrite.capture, colour)}")
     for table in plan.undeclared:
         lines.append("")
         lines.append(paint("  ? ", "cyan") + f"table {table.name} is not declared: {table.note}")
@@ -110,6 +115,22 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
 
 def _revert_note(step: ops.Step) -> str:
     return step.revert_note if isinstance(step, ops.RewriteTable) else ""
+
+
+def _capture_line(check: Any, colour: bool) -> str:
+    """Whether change capture keeps up with the source's writes (a ``rewrite.capacity.Check``):
+    a warning (yellow, "!") when the workers cannot keep up."""
+    text = _escape(f"capture: {check.text}", colour)
+    if not colour:
+        return f"! {text}" if check.warning else text
+    return f"[yellow]! {text}[/]" if check.warning else f"[dim]{text}[/]"
+
+
+def _capture_markdown(check: Any) -> str:
+    if check is None:
+        return ""
+    text = f"capture: {check.text}".replace("|", "\\|")
+    return f" **{text}**" if check.warning else f" {text}"
 
 
 def _escape(text: str, colour: bool) -> str:
@@ -134,6 +155,8 @@ def plan_markdown(
             reason = step.reason.replace("|", "\\|")
             if _revert_note(step):
                 reason += " **" + _revert_note(step).replace("|", "\\|") + "**"
+            if isinstance(step, ops.RewriteTable):
+                reason += _capture_markdown(step.capture)
             lines.append(f"| {number} | `{step.symbol}` | {summary} | {risk} | {reason} |")
     if plan.rewrites:
         lines.append("")
@@ -144,6 +167,7 @@ def plan_markdown(
         for rewrite in plan.rewrites:
             cells = [rewrite.summary(), rewrite.action, rewrite.phase or "prepare", rewrite.note]
             summary, action, phase, note = (c.replace("|", "\\|") for c in cells)
+            note = (note + _capture_markdown(rewrite.capture)).strip()
             lines.append(f"| {summary} | {action} | {phase} | {note} |")
     if plan.undeclared:
         lines.append("")

@@ -139,7 +139,10 @@ def pending(
 
 
 def run(client: Any, target: str, settings: RewriteSettings) -> machine.Rewrite:
-    """Take the rewrite into ``target`` to ready (or raise, leaving it failed with why)."""
+    """Take the rewrite into ``target`` to ready (or raise, leaving it failed with why); the
+    report also tells whether capture keeps up with the source's writes, as prepare found."""
+    from tsmigrate.rewrite import capacity
+
     with machine.Runner(client, target) as runner:
         return driver.run_to_ready(client, settings.spec_for(client), runner, settings.options,
-                                   settings.report)
+                                   capacity.announcing(runner, settings.report))

@@ -17,7 +17,11 @@
    new key changed; what the stream was is recorded so finish and abort can put it back.
 5. Where capture starts is recorded before the copy: an iterator at the oldest record of every
    shard. Records older than the copy are harmless (capture re-reads the source row).
-6. The source's key ranges (split points) are computed once and kept for the backfill.
+6. How fast the source is written is sampled from its stream, from where capture starts, and
+   compared with what capture applies per worker (``capacity``): the figures and the verdict
+   for ``--workers`` (``source_writes``, ``capture_capacity``), a warning that apply and
+   ``rewrite status`` show when the workers cannot keep up.
+7. The source's key ranges (split points) are computed once and kept for the backfill.
 """
 
 from __future__ import annotations
@@ -162,6 +166,17 @@ def check_live_shapes(raw: RawClient, job: RewriteJob) -> None:
     shapes.check(live_options(raw, job.source), live_options(raw, job.target), job.custom)
 
 
+def measure_capacity(client: Any, raw: RawClient, runner: machine.Runner, workers: int) -> machine.Rewrite:
+    """Sample the source's write rate from its stream (from where capture starts, saving
+    nothing; ``capacity.SAMPLE_S``) and save it with the verdict for ``workers`` workers."""
+    from tsmigrate.rewrite import capacity
+
+    writes, check = capacity.for_prepare(client, raw, runner.rewrite, workers)
+    return runner.save(source_writes={"records_per_s": writes.records_per_s, "basis": writes.basis,
+                                      "shards": writes.shards, "at_ms": machine.now_ms()},
+                       capture_capacity=check.to_dict())
+
+
 def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: RewriteJob,
             workers: int = 1) -> None:
     """Run the prepare phase (each step is safe to run again after a crash), then move the
@@ -192,6 +207,8 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
     if "capture" not in rewrite.doc:
         # No record has touched a split yet: verification may take their copies' totals.
         rewrite = runner.save(capture=capture_start(raw, job.source.name), touched_splits=[])
+    if "capture_capacity" not in rewrite.doc:
+        rewrite = measure_capacity(client, raw, runner, workers)
     if "estimate" not in rewrite.doc:
         rewrite = runner.save(estimate={"bytes": sum(s.estimated_bytes for s in kept),
                                         "splits": len(kept)})

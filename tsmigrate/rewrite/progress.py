@@ -121,6 +121,8 @@ def status_data(client: Any, rewrite: machine.Rewrite) -> dict[str, Any]:
                       "reverse_capture": machine.set_aside(rewrite, machine.REVERSE),
                       "late_net": machine.set_aside(rewrite, "late_net")},
         "conflicts": _conflicts(client, rewrite),
+        # What prepare found of capture against the source's writes (``capacity``), or None.
+        "capture_capacity": rewrite.get("capture_capacity") or None,
         "clients": _clients(client, rewrite),
         "next": next_step(rewrite),
     }
@@ -413,6 +415,9 @@ def status_text(data: dict[str, Any]) -> str:
             line += "; not running (no process holds it)"
         lines.append(line)
     lines += [f"  {line}" for line in captures_text(data.get("captures") or [])]
+    capacity = data.get("capture_capacity")
+    if capacity and data["phase"] not in machine.ENDED and capacity.get("text"):
+        lines.append(f"  capture against the writes (at prepare): {capacity['text']}")
     verification = data["verification"]
     if verification:
         state = "ok" if verification.get("ok") else "FAILED"
@@ -579,6 +584,10 @@ class ApplyProgress:
             self.pipe.update(self.pipe.phase or "capture",
                              detail=f"capture lag {data.get('lag_s') or 0:.1f}s, "
                                     f"applied {data.get('applied', 0):,}")
+        elif event == "capacity":
+            self._stop()
+            self.console.print(("warning: " if data.get("warning") else "")
+                               + f"capture against the writes: {data['text']}", markup=False)
         elif event == "verify":
             self._stop()
             self.console.print("verification: " + ("[green]ok[/]" if data["ok"] else
