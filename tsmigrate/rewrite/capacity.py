@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import tablestore as ts
 
 from tsmigrate.rewrite import machine
 
@@ -356,7 +357,11 @@ def sample_writes(raw: Any, table: str, seconds: float,
 def for_prepare(client: Any, raw: Any, rewrite: machine.Rewrite, workers: int) -> tuple[Rate, Check]:
     """Prepare's measurement, with the stream on and capture's start saved: the write rate from
     where capture starts, and the verdict for ``workers`` workers."""
-    writes = sample_writes(raw, rewrite.source, SAMPLE_S, rewrite.get("capture"))
+    try:
+        writes = sample_writes(raw, rewrite.source, SAMPLE_S, rewrite.get("capture"))
+    except (ts.OTSServiceError, ts.OTSClientError, OSError) as exc:
+        # A figure for a warning: its failure never stops the rewrite
+        writes = Rate(None, f"its stream could not be sampled ({getattr(exc, 'message', exc)})")
     rate = per_worker(client, raw, rewrite.source, rewrite.target)
     return writes, decide(rewrite.source, writes, rate, workers, writes.shards, until="")
 
