@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 CAPTURE_IDLE_S = 0.2  # pause between stream polls when capture is caught up
 RECHECK_ROUNDS = 5  # catch-up + re-check rounds for rows that changed during verification
+STUCK_ROUNDS = 2  # ...ended early when this many in a row settled none of them
 RECHECK_CATCH_UP_S = 60.0  # the most a re-check waits for capture to reach the stream's end
 SAVE_EVERY_S = 1.0  # how often the capture position is written while following
 HEARTBEAT_S = 20.0  # lease renewal while verification runs (leases last minutes)
@@ -329,6 +330,7 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
     todo = [(d.source_key, d.target_key) for d in result.differences]
     accepted: list[str] = []
     checked = Recheck([], [], [])
+    stuck = 0  # rounds in a row in which no moving row settled
     for _round in range(RECHECK_ROUNDS):
         checked = recheck(client, job, runner, capture, todo, since_ms, report)
         accepted += checked.accepted
@@ -337,8 +339,11 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
         if not checked.moving:
             runner.save(verification=_verification(result, accepted))
             return
-        todo = [(s, t) for s, t in todo
-                if s and transform_key_text(s) in set(checked.moving)]
+        moving = set(checked.moving)
+        stuck = stuck + 1 if len(moving) >= len(todo) else 0
+        if stuck >= STUCK_ROUNDS:
+            break  # rows written all the time: more rounds would not pin them down
+        todo = [(s, t) for s, t in todo if s and transform_key_text(s) in moving]
         time.sleep(CAPTURE_IDLE_S)
     if not checked.blocking and since_ms is None:
         # Rows services keep changing cannot be pinned down now; finish verifies again once
