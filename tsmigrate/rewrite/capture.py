@@ -803,17 +803,18 @@ class Capture:
         the versions put (the cells' bytes as read, compared by those bytes) and deleted,
         DeleteRow for rows that are gone, PutRow of a bare key for a source row without cells. A
         table that takes no UpdateRow (allow_update=False) gets whole rows instead
-        (``_write_whole``). Returns the keys whose guarded write was refused."""
+        (``_write_whole``). A row is deleted only if still as read (``_guard``). Returns the
+        keys whose guarded write was refused."""
         table = table or self.job.target
         if not table.options.allow_update:
             return self._write_whole(rows, table)
         updates: list[tuple[list[tuple[str, Any]], list[Any]]] = []
-        gone: list[list[tuple[str, Any]]] = []
+        gone: list[_TargetRow] = []
         bare: list[TargetRow] = []
         for row in rows:
             if not row.exists:
                 if row.existed:
-                    gone.append(list(row.key))
+                    gone.append(row)
                 continue
             if not row.cells:
                 if not row.existed or row.before:
@@ -827,13 +828,18 @@ class Capture:
             if changes:
                 updates.append((list(row.key), ordered_changes(
                     changes, before, table.options.max_versions)))
+        refused: list[Key] = []
         if gone:
-            self.writer.delete_keys(self.client, table.name, gone)
+            # Guarded by the row as read: a row another shard's worker moved into that key
+            # meanwhile (its owner changed) refuses the delete, and the key is merged again.
+            declared = sorted({c.name for c in (*table.defined_columns, *table.attributes)})
+            refused = [_key(key) for key in self.writer.write_whole_rows(
+                self.client, table.name, [], [(list(r.key), self._guard(r, declared)) for r in gone])]
         if bare:
             self.writer.write_rows(self.client, table.name, bare)
         if updates:
             self.writer.update_rows(self.client, table.name, updates)
-        return []
+        return refused
 
     def _write_whole(self, rows: Iterable[_TargetRow], table: Any) -> list[Key]:
         """PutRow of every changed row whole (each cell with its timestamp, the newest
