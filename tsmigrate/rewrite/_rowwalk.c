@@ -4,9 +4,16 @@
  * cells are copied as bytes, values are never decoded. The digest is hashlib's blake2b, called
  * through the C API, so both paths hash with one implementation.
  *
+ * Change capture's per-record work, compiled the same way (each beside the Python it stands in
+ * for, named there *_in_python, which tests/rewrite/test_capture_walks.py compares it with):
+ * a page of stream records and the rows BatchGetRow returns walked once each (row_cells,
+ * row_versions, records, raw_rows), keys encoded (key_row, key_cells), a target row's merge
+ * (merge_columns), its changes in order (row_changes) and their UpdateRow bodies (update_bodies).
+ *
  * Errors: ValueError for a truncated or malformed page (the callers raise PlainBufferError),
- * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable),
- * TypeError for arguments no Rekey plan gives.
+ * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable), and
+ * from key_row, key_cells, row_changes and update_bodies for input they leave to Python,
+ * TypeError for arguments no caller gives.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -499,17 +506,1216 @@ fail:
     return result;
 }
 
+/* ---- capture's walks: one row at a time (rowbytes.row_cells and what capture builds of it) ----
+ *
+ * The same walk as rowbytes.row_cells_in_python, position by position: the tags that loop reads
+ * are the ones checked here, a read past the end is a ValueError (the loop's IndexError), and a
+ * value is decoded as rowbytes.value_at decodes it. A length that is negative is malformed here
+ * (the loop would read the bytes backwards: damaged data either way). */
+
+#define NAME_SLOTS 1024 /* recent column names: bytes -> str, as rowbytes._names */
+
+typedef struct {
+    PyObject *raw;  /* bytes */
+    PyObject *name; /* str */
+} NameSlot;
+
+static NameSlot name_slots[NAME_SLOTS];
+
+static PyObject *cell_name(const uint8_t *p, Py_ssize_t size) {
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < size; i++)
+        h = (h ^ p[i]) * 16777619u;
+    NameSlot *slot = &name_slots[h & (NAME_SLOTS - 1)];
+    if (slot->raw != NULL && PyBytes_GET_SIZE(slot->raw) == size &&
+        memcmp(PyBytes_AS_STRING(slot->raw), p, size) == 0)
+        return Py_NewRef(slot->name);
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)p, size, NULL);
+    if (name == NULL)
+        return NULL;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, size);
+    if (raw == NULL) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    Py_XSETREF(slot->raw, raw);
+    Py_XSETREF(slot->name, Py_NewRef(name));
+    return name;
+}
+
+static int64_t read_i64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* The length at p (a len32 at b + at), or -1 with ValueError when it is not all there or is
+ * negative. */
+static Py_ssize_t length_at(const uint8_t *b, Py_ssize_t n, Py_ssize_t at) {
+    if (at < 0 || at + 4 > n)
+        return malformed("a length is truncated", at);
+    int32_t size = read_i32(b + at);
+    if (size < 0)
+        return malformed("a negative length", at);
+    return size;
+}
+
+/* rowbytes.value_at: the value of ``vtype + payload`` at b[start:end]. */
+static PyObject *value_at(const uint8_t *b, Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) {
+    if (start >= n) {
+        malformed("a value is truncated", start);
+        return NULL;
+    }
+    Py_ssize_t low = start + 5 < n ? start + 5 : n, high = end < n ? end : n;
+    if (high < low)
+        high = low;
+    switch (b[start]) {
+    case 0x0:
+        if (start + 9 > n)
+            break;
+        return PyLong_FromLongLong(read_i64(b + start + 1));
+    case 0x3:
+        return PyUnicode_DecodeUTF8((const char *)b + low, high - low, NULL);
+    case 0x7:
+        return PyBytes_FromStringAndSize((const char *)b + low, high - low);
+    case 0x1: {
+        if (start + 9 > n)
+            break;
+        int64_t bits = read_i64(b + start + 1); /* little-endian, as the format */
+        double d;
+        memcpy(&d, &bits, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0x2:
+        if (start + 1 >= n)
+            break;
+        return PyBool_FromLong(b[start + 1] != 0);
+    case 0x6:
+        Py_RETURN_NONE;
+    default:
+        PyErr_Format(PyExc_ValueError, "unexpected value type 0x%02x in a row read back", b[start]);
+        return NULL;
+    }
+    malformed("a value is truncated", start);
+    return NULL;
+}
+
+/* ``tuple``, no longer tracked by the cyclic collector when it holds nothing that could be in a
+ * cycle (what the collector does to such a tuple on its first pass, done as it is made: the
+ * dicts capture keeps them in stay untracked, and none of them is carried into the collector's
+ * oldest generation, whose full collections cost in proportion to it). NULL passes through. */
+static PyObject *atomic(PyObject *tuple) {
+    if (tuple == NULL || !PyTuple_CheckExact(tuple) || !PyObject_GC_IsTracked(tuple))
+        return tuple;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (PyObject_IS_GC(item) && !(PyTuple_CheckExact(item) && !PyObject_GC_IsTracked(item)))
+            return tuple;
+    }
+    PyObject_GC_UnTrack(tuple);
+    return tuple;
+}
+
+static int byte_at(const uint8_t *b, Py_ssize_t n, Py_ssize_t pos) {
+    return pos >= 0 && pos < n ? b[pos] : -1;
+}
+
+enum { CELLS_NONE, CELLS_STAMPS, CELLS_BYTES, CELLS_VERSIONS };
+
+typedef struct {
+    PyObject *key;    /* tuple of (name, value) */
+    PyObject *cells;  /* list (CELLS_STAMPS, CELLS_BYTES), dict (CELLS_VERSIONS) or NULL */
+    PyObject *values; /* dict, or NULL when no value is wanted */
+} Walked;
+
+static void walked_clear(Walked *w) {
+    Py_CLEAR(w->key);
+    Py_CLEAR(w->cells);
+    Py_CLEAR(w->values);
+}
+
+static int wanted_has(PyObject *wanted, PyObject *name) {
+    if (PyAnySet_Check(wanted))
+        return PySet_Contains(wanted, name);
+    return PySequence_Contains(wanted, name);
+}
+
+/* One row (HEADER + row): its key, its cells as ``mode`` says ((name, ts) pairs, rowbytes.RawCell
+ * tuples, or a dict (name, ts) -> (bytes, crc)), the newest value of each name in ``wanted``
+ * (NULL: none wanted). 0, or -1 with an exception set. */
+static int walk_row(const uint8_t *b, Py_ssize_t n, PyObject *wanted, int mode, Walked *out) {
+    out->key = out->cells = out->values = NULL;
+    PyObject *key_items = NULL;
+    if (n < 4 || read_i32(b) != 0x75) {
+        PyErr_SetString(PyExc_ValueError, "a row must start with the PlainBuffer header");
+        return -1;
+    }
+    if ((key_items = PyList_New(0)) == NULL)
+        goto fail;
+    if (mode == CELLS_VERSIONS)
+        out->cells = PyDict_New();
+    else if (mode != CELLS_NONE)
+        out->cells = PyList_New(0);
+    if (mode != CELLS_NONE && out->cells == NULL)
+        goto fail;
+    if (wanted != NULL && (out->values = PyDict_New()) == NULL)
+        goto fail;
+    Py_ssize_t pos = 5, size, end;
+    while (byte_at(b, n, pos) == 0x03) {
+        if ((size = length_at(b, n, pos + 2)) < 0)
+            goto fail;
+        Py_ssize_t start = pos + 6;
+        end = start + size;
+        if (end > n) {
+            malformed("a cell name is truncated", pos);
+            goto fail;
+        }
+        Py_ssize_t vsize = length_at(b, n, end + 1);
+        if (vsize < 0)
+            goto fail;
+        Py_ssize_t vstart = end + 5;
+        pos = vstart + vsize;
+        PyObject *name = cell_name(b + start, size);
+        if (name == NULL)
+            goto fail;
+        PyObject *value = value_at(b, n, vstart, pos);
+        if (value == NULL) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        PyObject *pair = atomic(PyTuple_Pack(2, name, value));
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (pair == NULL || PyList_Append(key_items, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+        pos += 2; /* TAG_CELL_CHECKSUM crc */
+    }
+    if (byte_at(b, n, pos) < 0) {
+        malformed("a row is truncated", pos);
+        goto fail;
+    }
+    if (b[pos] == 0x02) {
+        pos++;
+        while (byte_at(b, n, pos) == 0x03) {
+            Py_ssize_t cell = pos;
+            if ((size = length_at(b, n, pos + 2)) < 0)
+                goto fail;
+            Py_ssize_t start = pos + 6;
+            pos = end = start + size;
+            if (end > n) {
+                malformed("a cell name is truncated", cell);
+                goto fail;
+            }
+            PyObject *name = cell_name(b + start, size); /* decoded as the loop does: every one */
+            if (name == NULL)
+                goto fail;
+            if (byte_at(b, n, pos) == 0x05) {
+                Py_ssize_t vsize = length_at(b, n, pos + 1);
+                if (vsize < 0) {
+                    Py_DECREF(name);
+                    goto fail;
+                }
+                Py_ssize_t vstart = pos + 5;
+                pos = vstart + vsize;
+                if (out->values != NULL && !(PyAnySet_Check(wanted) && PySet_GET_SIZE(wanted) == 0)) {
+                    int hit = wanted_has(wanted, name);
+                    if (hit > 0) { /* the newest version: the first one read */
+                        int seen = PyDict_Contains(out->values, name);
+                        hit = seen < 0 ? -1 : !seen;
+                    }
+                    if (hit > 0) {
+                        PyObject *value = value_at(b, n, vstart, pos);
+                        if (value == NULL || PyDict_SetItem(out->values, name, value) < 0) {
+                            Py_XDECREF(value);
+                            Py_DECREF(name);
+                            goto fail;
+                        }
+                        Py_DECREF(value);
+                    } else if (hit < 0) {
+                        Py_DECREF(name);
+                        goto fail;
+                    }
+                }
+            }
+            if (byte_at(b, n, pos) == 0x06)
+                pos += 2;
+            int64_t stamp = 0;
+            if (byte_at(b, n, pos) == 0x07) {
+                if (pos + 9 > n) {
+                    Py_DECREF(name);
+                    malformed("a timestamp is truncated", pos);
+                    goto fail;
+                }
+                stamp = read_i64(b + pos + 1);
+                pos += 9;
+            }
+            pos += 2; /* TAG_CELL_CHECKSUM crc */
+            if (pos > n) {
+                Py_DECREF(name);
+                malformed("a cell checksum is truncated", pos);
+                goto fail;
+            }
+            if (mode == CELLS_NONE) {
+                Py_DECREF(name);
+                continue;
+            }
+            PyObject *ts = PyLong_FromLongLong(stamp), *item = NULL;
+            if (ts == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            if (mode == CELLS_STAMPS) {
+                item = atomic(PyTuple_Pack(2, name, ts));
+                if (item == NULL || PyList_Append(out->cells, item) < 0)
+                    goto cell_fail;
+            } else {
+                PyObject *raw = PyBytes_FromStringAndSize((const char *)b + cell, pos - cell);
+                PyObject *crc = raw ? PyLong_FromLong(b[pos - 1]) : NULL;
+                if (crc == NULL) {
+                    Py_XDECREF(raw);
+                    goto cell_fail;
+                }
+                if (mode == CELLS_BYTES) {
+                    item = atomic(PyTuple_Pack(4, name, ts, raw, crc));
+                    Py_DECREF(raw);
+                    Py_DECREF(crc);
+                    if (item == NULL || PyList_Append(out->cells, item) < 0)
+                        goto cell_fail;
+                } else {
+                    PyObject *version = atomic(PyTuple_Pack(2, name, ts));
+                    item = atomic(PyTuple_Pack(2, raw, crc));
+                    Py_DECREF(raw);
+                    Py_DECREF(crc);
+                    int set = version && item ? PyDict_SetItem(out->cells, version, item) : -1;
+                    Py_XDECREF(version);
+                    if (set < 0)
+                        goto cell_fail;
+                }
+            }
+            Py_DECREF(item);
+            Py_DECREF(ts);
+            Py_DECREF(name);
+            continue;
+        cell_fail:
+            Py_XDECREF(item);
+            Py_DECREF(ts);
+            Py_DECREF(name);
+            goto fail;
+        }
+    }
+    if (row_end(b, pos, n) < 0)
+        goto fail;
+    out->key = atomic(PyList_AsTuple(key_items));
+    Py_DECREF(key_items);
+    if (out->key == NULL) {
+        walked_clear(out);
+        return -1;
+    }
+    return 0;
+fail:
+    Py_XDECREF(key_items);
+    walked_clear(out);
+    return -1;
+}
+
+static int get_bytes(PyObject *obj, Py_buffer *view) {
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+/* row_cells(buf, wanted) -> (key, [(name, ts, bytes, crc)], {name: newest value}):
+ * rowbytes.row_cells, compiled. */
+static PyObject *row_cells(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "row_cells takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_bytes(args[0], &view) < 0)
+        return NULL;
+    Walked w;
+    int ok = walk_row(view.buf, view.len, args[1], CELLS_BYTES, &w);
+    PyBuffer_Release(&view);
+    if (ok < 0)
+        return NULL;
+    PyObject *result = PyTuple_Pack(3, w.key, w.cells, w.values);
+    walked_clear(&w);
+    return result;
+}
+
+/* row_versions(buf) -> {(name, ts): (bytes, crc)}: the cells of rowbytes.row_cells by version. */
+static PyObject *row_versions(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (get_bytes(arg, &view) < 0)
+        return NULL;
+    Walked w;
+    int ok = walk_row(view.buf, view.len, NULL, CELLS_VERSIONS, &w);
+    PyBuffer_Release(&view);
+    if (ok < 0)
+        return NULL;
+    PyObject *result = Py_NewRef(w.cells);
+    walked_clear(&w);
+    return result;
+}
+
+/* records(encoded, wanted, record) -> [record(action, key, ((name, ts), ...), origin values or None)]:
+ * capture.read_records_in_python, compiled. ``encoded``: (action, row, origin row or None)
+ * tuples (RawClient.stream_record_bytes); ``record``: a tuple subclass of four fields. */
+static PyObject *records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "records takes 3 arguments");
+        return NULL;
+    }
+    PyObject *wanted = args[1], *record_type = args[2];
+    if (!PyType_Check(record_type) || !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record must be a tuple subclass");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(args[0], "encoded must be iterable");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    PyObject *out = PyList_New(count), *item = NULL;
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        item = PySequence_Fast(PySequence_Fast_GET_ITEM(fast, i), "a record is a sequence");
+        if (item == NULL)
+            goto fail;
+        if (PySequence_Fast_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "an encoded record is an (action, row, origin) tuple");
+            goto fail;
+        }
+        PyObject *action = PySequence_Fast_GET_ITEM(item, 0), *origin = PySequence_Fast_GET_ITEM(item, 2);
+        PyObject *values = Py_None;
+        Py_buffer view;
+        Walked row, before;
+        if (get_bytes(PySequence_Fast_GET_ITEM(item, 1), &view) < 0)
+            goto fail;
+        int ok = walk_row(view.buf, view.len, NULL, CELLS_STAMPS, &row);
+        PyBuffer_Release(&view);
+        if (ok < 0)
+            goto fail;
+        if (origin != Py_None) {
+            if (get_bytes(origin, &view) < 0) {
+                walked_clear(&row);
+                goto fail;
+            }
+            ok = walk_row(view.buf, view.len, wanted, CELLS_NONE, &before);
+            PyBuffer_Release(&view);
+            if (ok < 0) {
+                walked_clear(&row);
+                goto fail;
+            }
+            values = before.values;
+            Py_CLEAR(before.key);
+        }
+        PyObject *cells = atomic(PyList_AsTuple(row.cells)); /* a tuple, as the Python loop's */
+        PyObject *fields = cells ? PyTuple_Pack(4, action, row.key, cells, values) : NULL;
+        Py_XDECREF(cells);
+        walked_clear(&row);
+        if (origin != Py_None)
+            Py_DECREF(values);
+        Py_CLEAR(item);
+        if (fields == NULL)
+            goto fail;
+        /* tuple.__new__(record, fields): how a NamedTuple's __new__ makes one */
+        PyObject *call_args = PyTuple_Pack(1, fields);
+        Py_DECREF(fields);
+        if (call_args == NULL)
+            goto fail;
+        PyObject *made = PyTuple_Type.tp_new((PyTypeObject *)record_type, call_args, NULL);
+        Py_DECREF(call_args);
+        if (made == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, made);
+    }
+    Py_DECREF(fast);
+    return out;
+fail:
+    Py_XDECREF(item);
+    Py_DECREF(fast);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* raw_rows(found, wanted, row) -> {key: row((cell, ...), values)}: capture.raw_rows_in_python,
+ * compiled. ``found``: key -> HEADER + row; ``row``: a tuple subclass of two fields. */
+static PyObject *raw_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "raw_rows takes 3 arguments");
+        return NULL;
+    }
+    PyObject *found = args[0], *wanted = args[1], *row_type = args[2];
+    if (!PyDict_Check(found)) {
+        PyErr_SetString(PyExc_TypeError, "found must be a dict");
+        return NULL;
+    }
+    if (!PyType_Check(row_type) || !PyType_IsSubtype((PyTypeObject *)row_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "row must be a tuple subclass");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *buf;
+    while (PyDict_Next(found, &pos, &key, &buf)) {
+        Py_buffer view;
+        Walked w;
+        if (get_bytes(buf, &view) < 0)
+            goto fail;
+        int ok = walk_row(view.buf, view.len, wanted, CELLS_BYTES, &w);
+        PyBuffer_Release(&view);
+        if (ok < 0)
+            goto fail;
+        PyObject *cells = atomic(PyList_AsTuple(w.cells)); /* a tuple, as the Python loop's */
+        PyObject *fields = cells ? PyTuple_Pack(2, cells, w.values) : NULL;
+        Py_XDECREF(cells);
+        walked_clear(&w);
+        PyObject *call_args = fields ? PyTuple_Pack(1, fields) : NULL;
+        Py_XDECREF(fields);
+        PyObject *made = call_args ? PyTuple_Type.tp_new((PyTypeObject *)row_type, call_args, NULL) : NULL;
+        Py_XDECREF(call_args);
+        if (made == NULL || PyDict_SetItem(out, key, made) < 0) {
+            Py_XDECREF(made);
+            goto fail;
+        }
+        Py_DECREF(made);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- key cells (rowbytes.key_cells, key_row) ---- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Buffer;
+
+static int buffer_add(Buffer *buf, const void *data, Py_ssize_t size) {
+    if (buf->size + size > buf->capacity) {
+        Py_ssize_t capacity = buf->capacity ? buf->capacity : 256;
+        while (capacity < buf->size + size)
+            capacity *= 2;
+        char *grown = PyMem_Realloc(buf->data, capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        buf->data = grown;
+        buf->capacity = capacity;
+    }
+    memcpy(buf->data + buf->size, data, size);
+    buf->size += size;
+    return 0;
+}
+
+static int buffer_byte(Buffer *buf, uint8_t byte) {
+    return buffer_add(buf, &byte, 1);
+}
+
+static int buffer_i32(Buffer *buf, int32_t v) {
+    uint8_t p[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    return buffer_add(buf, p, 4);
+}
+
+static uint8_t crc_over(uint8_t crc, const uint8_t *p, Py_ssize_t size) {
+    for (Py_ssize_t i = 0; i < size; i++)
+        crc = crc8_table[crc ^ p[i]];
+    return crc;
+}
+
+/* Appends the key's cells to ``cells`` and their checksums to ``crcs``: 1, or 0 for a key the
+ * compiled path leaves to Python (another type, an integer out of int64), or -1 on an error. */
+static int encode_key(PyObject *key, Buffer *cells, Buffer *crcs) {
+    PyObject *fast = PySequence_Fast(key, "a key is a sequence of (name, value) pairs");
+    if (fast == NULL)
+        return -1;
+    int result = 1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast) && result == 1; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
+            result = 0;
+            break;
+        }
+        PyObject *value = PyTuple_GET_ITEM(pair, 1);
+        Py_ssize_t name_size;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_size);
+        if (name == NULL) {
+            PyErr_Clear();
+            result = 0;
+            break;
+        }
+        uint8_t head[9];
+        const char *payload = NULL;
+        Py_ssize_t head_size, payload_size = 0;
+        if (PyUnicode_CheckExact(value)) {
+            payload = PyUnicode_AsUTF8AndSize(value, &payload_size);
+            if (payload == NULL) {
+                PyErr_Clear();
+                result = 0;
+                break;
+            }
+            head[0] = 0x03;
+            head_size = 5;
+        } else if (PyLong_CheckExact(value)) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                result = 0;
+                break;
+            }
+            head[0] = 0x00;
+            for (int k = 0; k < 8; k++)
+                head[1 + k] = (uint8_t)((unsigned long long)v >> (8 * k));
+            head_size = 9;
+        } else if (PyBytes_CheckExact(value) || PyByteArray_CheckExact(value)) {
+            payload = PyBytes_Check(value) ? PyBytes_AS_STRING(value) : PyByteArray_AS_STRING(value);
+            payload_size = PyBytes_Check(value) ? PyBytes_GET_SIZE(value) : PyByteArray_GET_SIZE(value);
+            head[0] = 0x07;
+            head_size = 5;
+        } else {
+            result = 0;
+            break;
+        }
+        if (head_size == 5) {
+            if (payload_size > INT32_MAX - 5) {
+                result = 0;
+                break;
+            }
+            int32_t size = (int32_t)payload_size;
+            for (int k = 0; k < 4; k++)
+                head[1 + k] = (uint8_t)((uint32_t)size >> (8 * k));
+        }
+        uint8_t crc = crc_over(0, (const uint8_t *)name, name_size);
+        crc = crc_over(crc, head, head_size);
+        crc = crc_over(crc, (const uint8_t *)payload, payload_size);
+        if (buffer_byte(cells, 0x03) < 0 || buffer_byte(cells, 0x04) < 0 ||
+            buffer_i32(cells, (int32_t)name_size) < 0 || buffer_add(cells, name, name_size) < 0 ||
+            buffer_byte(cells, 0x05) < 0 || buffer_i32(cells, (int32_t)(head_size + payload_size)) < 0 ||
+            buffer_add(cells, head, head_size) < 0 || buffer_add(cells, payload, payload_size) < 0 ||
+            buffer_byte(cells, 0x0A) < 0 || buffer_byte(cells, crc) < 0 || buffer_byte(crcs, crc) < 0)
+            result = -1;
+    }
+    Py_DECREF(fast);
+    return result;
+}
+
+/* key_row(key) -> HEADER + a row of the key alone, or None for a key left to Python:
+ * rowbytes.key_row, compiled. */
+static PyObject *key_row(PyObject *module, PyObject *key) {
+    Buffer cells = {NULL, 0, 0}, crcs = {NULL, 0, 0};
+    PyObject *result = NULL;
+    static const uint8_t start[5] = {0x75, 0, 0, 0, 0x01};
+    if (buffer_add(&cells, start, 5) < 0)
+        goto done;
+    int encoded = encode_key(key, &cells, &crcs);
+    if (encoded < 0)
+        goto done;
+    if (encoded == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint8_t crc = crc_over(0, (const uint8_t *)crcs.data, crcs.size);
+    crc = crc8_table[crc]; /* the delete marker's byte, 0 */
+    if (buffer_byte(&cells, 0x09) < 0 || buffer_byte(&cells, crc) < 0)
+        goto done;
+    result = PyBytes_FromStringAndSize(cells.data, cells.size);
+done:
+    PyMem_Free(cells.data);
+    PyMem_Free(crcs.data);
+    return result;
+}
+
+/* key_cells(key) -> (cells, checksums) or None for a key left to Python: rowbytes.key_cells,
+ * compiled. */
+static PyObject *key_cells(PyObject *module, PyObject *key) {
+    Buffer cells = {NULL, 0, 0}, crcs = {NULL, 0, 0};
+    PyObject *result = NULL;
+    int encoded = encode_key(key, &cells, &crcs);
+    if (encoded > 0)
+        result = Py_BuildValue("(y#y#)", cells.data ? cells.data : "", cells.size,
+                               crcs.data ? crcs.data : "", crcs.size);
+    else if (encoded == 0)
+        result = Py_NewRef(Py_None);
+    PyMem_Free(cells.data);
+    PyMem_Free(crcs.data);
+    return result;
+}
+
+
+/* ---- capture's merge and writes of one target row ---- */
+
+static PyObject *put_op;    /* "put" */
+static PyObject *delete_op; /* "delete" */
+
+/* The (name, stamp) key of a version in a row's cells: a 2-tuple, or -1 with TypeError. */
+static int version_parts(PyObject *version, PyObject **name, PyObject **stamp) {
+    if (!PyTuple_Check(version) || PyTuple_GET_SIZE(version) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a version is a (name, timestamp) tuple");
+        return -1;
+    }
+    *name = PyTuple_GET_ITEM(version, 0);
+    *stamp = PyTuple_GET_ITEM(version, 1);
+    return 0;
+}
+
+static int contains(PyObject *container, PyObject *item) {
+    if (PyAnySet_Check(container))
+        return PySet_Contains(container, item);
+    if (PyDict_Check(container))
+        return PyDict_Contains(container, item);
+    return PySequence_Contains(container, item);
+}
+
+/* merge_columns(cells, source, columns, row_time, arrived, added) -> wrote:
+ * capture.merge_columns_in_python, compiled (see there). */
+static PyObject *merge_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "merge_columns takes 6 arguments");
+        return NULL;
+    }
+    PyObject *cells = args[0], *columns = args[2], *row_time = args[3], *added = args[5];
+    int arrived = PyObject_IsTrue(args[4]);
+    if (arrived < 0)
+        return NULL;
+    if (!PyDict_Check(cells) || !PyDict_Check(columns)) {
+        PyErr_SetString(PyExc_TypeError, "cells and columns are dicts");
+        return NULL;
+    }
+    PyObject *source = PySequence_Fast(args[1], "source must be a sequence");
+    if (source == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(source);
+    PyObject *index = PyDict_New(), *names = PyList_New(0), *gone = NULL;
+    Py_ssize_t *name_of = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
+    int wrote = 0, failed = 1;
+    if (index == NULL || names == NULL || name_of == NULL) {
+        if (name_of == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    /* the names, in the order of dict.fromkeys([*source names, *cell names]) */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *cell = PySequence_Fast_GET_ITEM(source, i);
+        if (!PyTuple_Check(cell) || PyTuple_GET_SIZE(cell) != 4) {
+            PyErr_SetString(PyExc_TypeError, "a source cell is a (name, ts, bytes, crc) tuple");
+            goto done;
+        }
+        PyObject *name = PyTuple_GET_ITEM(cell, 0), *at = PyDict_GetItemWithError(index, name);
+        if (at == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            PyObject *position = PyLong_FromSsize_t(PyList_GET_SIZE(names));
+            if (position == NULL || PyDict_SetItem(index, name, position) < 0 || PyList_Append(names, name) < 0) {
+                Py_XDECREF(position);
+                goto done;
+            }
+            Py_DECREF(position);
+            name_of[i] = PyList_GET_SIZE(names) - 1;
+        } else {
+            name_of[i] = PyLong_AsSsize_t(at);
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *version, *value;
+    while (PyDict_Next(cells, &pos, &version, &value)) {
+        PyObject *name, *stamp;
+        if (version_parts(version, &name, &stamp) < 0)
+            goto done;
+        int seen = PyDict_Contains(index, name);
+        if (seen < 0)
+            goto done;
+        if (!seen) {
+            if (PyDict_SetItem(index, name, Py_None) < 0 || PyList_Append(names, name) < 0)
+                goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(names); k++) {
+        PyObject *name = PyList_GET_ITEM(names, k);
+        int skip = contains(added, name);
+        if (skip < 0)
+            goto done;
+        if (skip)
+            continue;
+        PyObject *column = PyDict_GetItemWithError(columns, name), *when;
+        if (column == NULL && PyErr_Occurred())
+            goto done;
+        if (row_time == Py_None) {
+            when = column;
+        } else if (column == NULL) {
+            when = row_time;
+        } else {
+            int later = PyObject_RichCompareBool(row_time, column, Py_GT);
+            if (later < 0)
+                goto done;
+            when = later ? row_time : column; /* max(column, row_time) */
+        }
+        if (when == Py_None)
+            when = NULL;
+        if (when == NULL && !arrived)
+            continue;
+        Py_INCREF(name);
+        if (when != NULL)
+            Py_INCREF(when);
+        int ok = 1;
+        for (Py_ssize_t i = 0; i < count && ok; i++) {
+            if (name_of[i] != k)
+                continue;
+            PyObject *cell = PySequence_Fast_GET_ITEM(source, i);
+            PyObject *key = atomic(PyTuple_Pack(2, name, PyTuple_GET_ITEM(cell, 1))), *encoded = NULL;
+            /* a version the row has with the same bytes stays as it is (equal either way) */
+            PyObject *there = key ? PyDict_GetItemWithError(cells, key) : NULL;
+            int same = 0;
+            if (there != NULL && PyTuple_Check(there) && PyTuple_GET_SIZE(there) == 2) {
+                same = PyObject_RichCompareBool(PyTuple_GET_ITEM(there, 0), PyTuple_GET_ITEM(cell, 2), Py_EQ);
+                if (same > 0)
+                    same = PyObject_RichCompareBool(PyTuple_GET_ITEM(there, 1), PyTuple_GET_ITEM(cell, 3), Py_EQ);
+            }
+            if (key == NULL || PyErr_Occurred() || same < 0) {
+                ok = 0;
+            } else if (!same) {
+                encoded = atomic(PyTuple_Pack(2, PyTuple_GET_ITEM(cell, 2), PyTuple_GET_ITEM(cell, 3)));
+                ok = encoded != NULL && PyDict_SetItem(cells, key, encoded) == 0;
+            }
+            Py_XDECREF(key);
+            Py_XDECREF(encoded);
+            wrote = 1;
+        }
+        if (ok && when != NULL) { /* the versions not newer than ``when`` the source lacks */
+            gone = PyList_New(0);
+            ok = gone != NULL;
+            pos = 0;
+            while (ok && PyDict_Next(cells, &pos, &version, &value)) {
+                PyObject *vname, *stamp;
+                if (version_parts(version, &vname, &stamp) < 0) {
+                    ok = 0;
+                    break;
+                }
+                int hit = PyObject_RichCompareBool(vname, name, Py_EQ);
+                if (hit > 0)
+                    hit = PyObject_RichCompareBool(stamp, when, Py_LE);
+                for (Py_ssize_t i = 0; hit > 0 && i < count; i++) {
+                    if (name_of[i] != k)
+                        continue;
+                    int same = PyObject_RichCompareBool(stamp, PyTuple_GET_ITEM(PySequence_Fast_GET_ITEM(source, i), 1), Py_EQ);
+                    if (same != 0)
+                        hit = same < 0 ? -1 : 0; /* kept: the source has it */
+                }
+                if (hit < 0 || (hit > 0 && PyList_Append(gone, version) < 0))
+                    ok = 0;
+            }
+            for (Py_ssize_t g = 0; ok && g < PyList_GET_SIZE(gone); g++)
+                ok = PyDict_DelItem(cells, PyList_GET_ITEM(gone, g)) == 0;
+            Py_CLEAR(gone);
+        }
+        Py_DECREF(name);
+        Py_XDECREF(when);
+        if (!ok)
+            goto done;
+    }
+    failed = 0;
+done:
+    Py_DECREF(source);
+    Py_XDECREF(index);
+    Py_XDECREF(names);
+    Py_XDECREF(gone);
+    PyMem_Free(name_of);
+    if (failed)
+        return NULL;
+    return PyBool_FromLong(wrote);
+}
+
+typedef struct {
+    PyObject *name, *stamp, *value; /* borrowed; value NULL for a delete */
+    int64_t at;
+    Py_ssize_t column;
+} Diff;
+
+static int stamp_of(PyObject *stamp, int64_t *at) {
+    if (!PyLong_Check(stamp))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(stamp, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *at = v;
+    return 1;
+}
+
+static int compare_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static PyObject *change_tuple(const Diff *d) {
+    if (d->value != NULL)
+        return atomic(PyTuple_Pack(4, put_op, d->name, d->value, d->stamp));
+    return atomic(PyTuple_Pack(4, delete_op, d->name, Py_None, d->stamp));
+}
+
+/* row_changes(before, cells, max_versions) -> [CellChange] in the order they are safe to apply,
+ * or None for a row left to Python (a timestamp that is not an int64):
+ * capture.row_changes_in_python, compiled (see there). */
+static PyObject *row_changes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "row_changes takes 3 arguments");
+        return NULL;
+    }
+    PyObject *before = args[0], *cells = args[1];
+    if (!PyDict_Check(before) || !PyDict_Check(cells)) {
+        PyErr_SetString(PyExc_TypeError, "before and cells are dicts");
+        return NULL;
+    }
+    Py_ssize_t keep = PyLong_AsSsize_t(args[2]);
+    if (keep == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (keep < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t capacity = PyDict_GET_SIZE(before) + PyDict_GET_SIZE(cells) + 1, count = 0, puts;
+    Diff *diffs = PyMem_Malloc(capacity * sizeof(Diff));
+    int64_t *stamps = PyMem_Malloc(capacity * sizeof(int64_t));
+    PyObject *columns = PyList_New(0), *index = PyDict_New(), *out = NULL;
+    if (diffs == NULL || stamps == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (columns == NULL || index == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *version, *value;
+    while (PyDict_Next(cells, &pos, &version, &value)) {
+        PyObject *name, *stamp;
+        if (version_parts(version, &name, &stamp) < 0)
+            goto done;
+        PyObject *was = PyDict_GetItemWithError(before, version);
+        if (was == NULL && PyErr_Occurred())
+            goto done;
+        if (was != NULL) {
+            int same = PyObject_RichCompareBool(was, value, Py_EQ);
+            if (same < 0)
+                goto done;
+            if (same)
+                continue;
+        }
+        Diff *d = &diffs[count++];
+        *d = (Diff){name, stamp, value, 0, 0};
+        if (!stamp_of(stamp, &d->at))
+            goto python;
+    }
+    puts = count;
+    pos = 0;
+    while (PyDict_Next(before, &pos, &version, &value)) {
+        PyObject *name, *stamp;
+        if (version_parts(version, &name, &stamp) < 0)
+            goto done;
+        int there = PyDict_Contains(cells, version);
+        if (there < 0)
+            goto done;
+        if (there)
+            continue;
+        Diff *d = &diffs[count++];
+        *d = (Diff){name, stamp, NULL, 0, 0};
+        if (!stamp_of(stamp, &d->at))
+            goto python;
+    }
+    /* the columns, in the order the changes name them first */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *at = PyDict_GetItemWithError(index, diffs[i].name);
+        if (at == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            PyObject *position = PyLong_FromSsize_t(PyList_GET_SIZE(columns));
+            if (position == NULL || PyDict_SetItem(index, diffs[i].name, position) < 0 ||
+                PyList_Append(columns, diffs[i].name) < 0) {
+                Py_XDECREF(position);
+                goto done;
+            }
+            Py_DECREF(position);
+            diffs[i].column = PyList_GET_SIZE(columns) - 1;
+        } else {
+            diffs[i].column = PyLong_AsSsize_t(at);
+        }
+    }
+    if ((out = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(columns); c++) {
+        PyObject *name = PyList_GET_ITEM(columns, c);
+        /* the column's versions before, and the newest of them (-1: none) */
+        Py_ssize_t held = 0;
+        int64_t newest = -1;
+        int any = 0;
+        pos = 0;
+        while (PyDict_Next(before, &pos, &version, &value)) {
+            PyObject *vname, *stamp;
+            int64_t at;
+            if (version_parts(version, &vname, &stamp) < 0)
+                goto fail;
+            int same = PyObject_RichCompareBool(vname, name, Py_EQ);
+            if (same < 0)
+                goto fail;
+            if (!same)
+                continue;
+            if (!stamp_of(stamp, &at))
+                goto python;
+            stamps[held++] = at;
+            if (!any || at > newest)
+                newest = at;
+            any = 1;
+        }
+        if (!any)
+            newest = -1;
+        /* puts that become the newest versions go first when what they push out is deleted */
+        int first = 0;
+        for (Py_ssize_t i = 0; i < puts; i++)
+            if (diffs[i].column == c && diffs[i].at > newest) {
+                stamps[held++] = diffs[i].at;
+                first = 1;
+            }
+        if (first && held > keep) {
+            qsort(stamps, held, sizeof(int64_t), compare_desc);
+            for (Py_ssize_t h = keep; h < held && first; h++) {
+                int deleted = 0;
+                for (Py_ssize_t i = puts; i < count && !deleted; i++)
+                    deleted = diffs[i].column == c && diffs[i].at == stamps[h];
+                first = deleted;
+            }
+        }
+        for (int pass = 0; pass < 3; pass++) {
+            Py_ssize_t low = pass == 1 ? puts : 0, high = pass == 1 ? count : puts;
+            for (Py_ssize_t i = low; i < high; i++) {
+                if (diffs[i].column != c)
+                    continue;
+                int early = first && diffs[i].at > newest;
+                if ((pass == 0 && !early) || (pass == 2 && early))
+                    continue;
+                PyObject *change = change_tuple(&diffs[i]);
+                if (change == NULL || PyList_Append(out, change) < 0) {
+                    Py_XDECREF(change);
+                    goto fail;
+                }
+                Py_DECREF(change);
+            }
+        }
+    }
+    goto done;
+python:
+    Py_CLEAR(out);
+    out = Py_NewRef(Py_None);
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(diffs);
+    PyMem_Free(stamps);
+    Py_XDECREF(columns);
+    Py_XDECREF(index);
+    return out;
+}
+
+/* update_bodies(pk_cells, pk_crcs, changes, max_cells) -> [HEADER + row] or None for changes
+ * left to Python: writer.update_bodies_in_python (the rounds of writer.update_rounds, each
+ * encoded as writer.encode_update encodes it), compiled. */
+static PyObject *update_bodies(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "update_bodies takes 4 arguments");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "the key's cells and checksums are bytes");
+        return NULL;
+    }
+    Py_ssize_t max_cells = PyLong_AsSsize_t(args[3]);
+    if (max_cells == -1 && PyErr_Occurred())
+        return NULL;
+    if (max_cells < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_cells must be positive");
+        return NULL;
+    }
+    PyObject *changes = PySequence_Fast(args[2], "changes must be a sequence");
+    if (changes == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(changes), rounds = 0;
+    Py_ssize_t *column = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *round_of = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *sizes = PyMem_Calloc(count + 1, sizeof(Py_ssize_t));
+    PyObject *index = PyDict_New(), *out = NULL;
+    Buffer row = {NULL, 0, 0};
+    Py_ssize_t columns = 0;
+    if (column == NULL || round_of == NULL || sizes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (index == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *change = PySequence_Fast_GET_ITEM(changes, i);
+        if (!PyTuple_Check(change) || PyTuple_GET_SIZE(change) != 4)
+            goto python;
+        PyObject *name = PyTuple_GET_ITEM(change, 1), *at = PyDict_GetItemWithError(index, name);
+        if (at == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            PyObject *position = PyLong_FromSsize_t(columns);
+            if (position == NULL || PyDict_SetItem(index, name, position) < 0) {
+                Py_XDECREF(position);
+                goto done;
+            }
+            Py_DECREF(position);
+            column[i] = columns++;
+        } else {
+            column[i] = PyLong_AsSsize_t(at);
+        }
+    }
+    /* writer.update_rounds: each change of a column in a later round than the one before, in a
+     * round with room */
+    for (Py_ssize_t c = 0; c < columns; c++) {
+        Py_ssize_t at = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (column[i] != c)
+                continue;
+            while (at < rounds && sizes[at] >= max_cells)
+                at++;
+            if (at == rounds)
+                rounds++;
+            round_of[i] = at;
+            sizes[at]++;
+            at++;
+        }
+    }
+    const uint8_t *pk = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    const uint8_t *pk_crcs = (const uint8_t *)PyBytes_AS_STRING(args[1]);
+    uint8_t pk_crc = crc_over(0, pk_crcs, PyBytes_GET_SIZE(args[1]));
+    if ((out = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t r = 0; r < rounds; r++) {
+        static const uint8_t start[5] = {0x75, 0, 0, 0, 0x01};
+        row.size = 0;
+        if (buffer_add(&row, start, 5) < 0 || buffer_add(&row, pk, PyBytes_GET_SIZE(args[0])) < 0 ||
+            buffer_byte(&row, 0x02) < 0)
+            goto fail;
+        uint8_t crc = pk_crc;
+        for (Py_ssize_t c = 0; c < columns; c++)
+            for (Py_ssize_t i = 0; i < count; i++) {
+                if (column[i] != c || round_of[i] != r)
+                    continue;
+                PyObject *change = PySequence_Fast_GET_ITEM(changes, i);
+                PyObject *op = PyTuple_GET_ITEM(change, 0);
+                int put = PyUnicode_Check(op) && PyUnicode_CompareWithASCIIString(op, "put") == 0;
+                if (put) { /* the cell as read: (bytes, crc), its last two items */
+                    PyObject *value = PyTuple_GET_ITEM(change, 2);
+                    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) < 2)
+                        goto python;
+                    PyObject *cell = PyTuple_GET_ITEM(value, PyTuple_GET_SIZE(value) - 2);
+                    PyObject *cell_crc = PyTuple_GET_ITEM(value, PyTuple_GET_SIZE(value) - 1);
+                    if (!PyBytes_Check(cell) || !PyLong_Check(cell_crc))
+                        goto python;
+                    long checksum = PyLong_AsLong(cell_crc);
+                    if (checksum < 0 || checksum > 255) {
+                        PyErr_Clear();
+                        goto python;
+                    }
+                    if (buffer_add(&row, PyBytes_AS_STRING(cell), PyBytes_GET_SIZE(cell)) < 0)
+                        goto fail;
+                    crc = crc8_table[crc ^ (uint8_t)checksum];
+                    continue;
+                }
+                /* a delete of one version: name, 0x06 OP_DELETE_ONE, 0x07 ts, its checksum
+                 * over the timestamp before the operation (writer._delete_version_cell) */
+                PyObject *name = PyTuple_GET_ITEM(change, 1);
+                int64_t at;
+                if (!PyUnicode_CheckExact(name) || !stamp_of(PyTuple_GET_ITEM(change, 3), &at))
+                    goto python;
+                Py_ssize_t name_size;
+                const char *raw = PyUnicode_AsUTF8AndSize(name, &name_size);
+                if (raw == NULL) {
+                    PyErr_Clear();
+                    goto python;
+                }
+                uint8_t packed[8];
+                for (int k = 0; k < 8; k++)
+                    packed[k] = (uint8_t)((uint64_t)at >> (8 * k));
+                uint8_t cell_crc = crc_over(0, (const uint8_t *)raw, name_size);
+                cell_crc = crc_over(cell_crc, packed, 8);
+                cell_crc = crc8_table[cell_crc ^ 0x03];
+                static const uint8_t op_delete[3] = {0x06, 0x03, 0x07};
+                if (buffer_byte(&row, 0x03) < 0 || buffer_byte(&row, 0x04) < 0 ||
+                    buffer_i32(&row, (int32_t)name_size) < 0 || buffer_add(&row, raw, name_size) < 0 ||
+                    buffer_add(&row, op_delete, 3) < 0 || buffer_add(&row, packed, 8) < 0 ||
+                    buffer_byte(&row, 0x0A) < 0 || buffer_byte(&row, cell_crc) < 0)
+                    goto fail;
+                crc = crc8_table[crc ^ cell_crc];
+            }
+        crc = crc8_table[crc]; /* the delete marker's byte, 0 */
+        if (buffer_byte(&row, 0x09) < 0 || buffer_byte(&row, crc) < 0)
+            goto fail;
+        PyObject *body = PyBytes_FromStringAndSize(row.data, row.size);
+        if (body == NULL || PyList_Append(out, body) < 0) {
+            Py_XDECREF(body);
+            goto fail;
+        }
+        Py_DECREF(body);
+    }
+    goto done;
+python:
+    Py_CLEAR(out);
+    out = Py_NewRef(Py_None);
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_DECREF(changes);
+    Py_XDECREF(index);
+    PyMem_Free(column);
+    PyMem_Free(round_of);
+    PyMem_Free(sizes);
+    PyMem_Free(row.data);
+    return out;
+}
+
+
 static PyMethodDef methods[] = {
     {"page_totals", (PyCFunction)page_totals, METH_O,
      "page_totals(buf) -> (rows, sum of digests): rowbytes.page_totals, compiled."},
     {"rekey_page", (PyCFunction)(void (*)(void))rekey_page, METH_FASTCALL,
      "rekey_page(buf, parts, moved) -> (rows, sum of digests, bytes) or None "
      "for a row the fast path does not build: rekey.Rekey.page, compiled."},
+    {"row_cells", (PyCFunction)(void (*)(void))row_cells, METH_FASTCALL,
+     "row_cells(buf, wanted) -> (key, cells, values): rowbytes.row_cells, compiled."},
+    {"row_versions", (PyCFunction)row_versions, METH_O,
+     "row_versions(buf) -> {(name, ts): (bytes, crc)}: a row's cells by version, compiled."},
+    {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL,
+     "records(encoded, wanted, record) -> [record]: capture.read_records, compiled."},
+    {"raw_rows", (PyCFunction)(void (*)(void))raw_rows, METH_FASTCALL,
+     "raw_rows(found, wanted, row) -> {key: row}: capture.raw_rows, compiled."},
+    {"key_row", (PyCFunction)key_row, METH_O,
+     "key_row(key) -> bytes or None: rowbytes.key_row, compiled."},
+    {"key_cells", (PyCFunction)key_cells, METH_O,
+     "key_cells(key) -> (cells, checksums) or None: rowbytes.key_cells, compiled."},
+    {"merge_columns", (PyCFunction)(void (*)(void))merge_columns, METH_FASTCALL,
+     "merge_columns(cells, source, columns, row_time, arrived, added) -> wrote: capture's merge, compiled."},
+    {"row_changes", (PyCFunction)(void (*)(void))row_changes, METH_FASTCALL,
+     "row_changes(before, cells, max_versions) -> [CellChange] or None: capture's diff, compiled."},
+    {"update_bodies", (PyCFunction)(void (*)(void))update_bodies, METH_FASTCALL,
+     "update_bodies(pk_cells, pk_crcs, changes, max_cells) -> [bytes] or None: UpdateRow rounds, compiled."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_rowwalk", "Compiled row walks of the rewrite (see rekey.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_rowwalk", "Compiled row walks of the rewrite (see rekey.py, rowbytes.py, capture.py).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__rowwalk(void) {
@@ -527,6 +1733,10 @@ PyMODINIT_FUNC PyInit__rowwalk(void) {
     digest_kwnames = Py_BuildValue("(s)", "digest_size");
     digest_size = PyLong_FromLong(DIGEST_BYTES);
     digest_name = PyUnicode_InternFromString("digest");
+    put_op = PyUnicode_InternFromString("put");
+    delete_op = PyUnicode_InternFromString("delete");
+    if (put_op == NULL || delete_op == NULL)
+        return NULL;
     if (blake2b == NULL || digest_kwnames == NULL || digest_size == NULL || digest_name == NULL)
         return NULL;
     return PyModule_Create(&module_def);

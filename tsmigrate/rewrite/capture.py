@@ -28,6 +28,10 @@ Cells pass through as bytes: records, source rows and target rows are read as Pl
 (``RawClient.stream_record_bytes``, BatchGetRow through ``RawClient``), a cell is compared by its
 encoded bytes and written into the target's UpdateRow as it came (name, value, timestamp and
 checksum are the same there); only keys and the values the new key is built from are decoded.
+Where tsmigrate's compiled walks are built (``rewrite/_rowwalk.c``), a page of records, the rows
+read, a target row's merge and changes and the UpdateRows are each one C call, without a Python
+object per cell beyond the ones kept (``read_records``, ``raw_rows``, ``merge_columns``,
+``row_changes``); each has a Python twin giving the same result.
 
 A target row nobody wrote directly therefore ends as the exact transform of its source row, as
 before. Re-reading keeps this idempotent and insensitive to order: records may be applied twice
@@ -64,6 +68,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import copy as copy_module
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -75,8 +80,8 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.local import plainbuffer
-from tsmigrate.rewrite import copy, machine, shards
-from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row, row_cells
+from tsmigrate.rewrite import copy, machine, rowbytes, shards
+from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row
 from tsmigrate.rewrite.shards import ShardRunner
 from tsmigrate.rewrite.transform import TargetRow, format_key
 
@@ -102,28 +107,42 @@ class CaptureBehind(machine.RewriteError):
     written faster than capture applies, or capture was far behind."""
 
 
-@attrs.frozen(slots=True)
-class Record:
+class Record(NamedTuple):
     """A stream record as capture reads it from its bytes (``read_records``): the key decoded,
     the names and timestamps of the cells it wrote or deleted (0: none), and the origin columns'
     newest values the new key needs (None: the row did not exist, or the stream carries none)."""
 
     action: str  # put / update / delete
     key: Key
-    cells: list[tuple[str, int]]
+    cells: tuple[tuple[str, int], ...]
     origin: dict[str, Any] | None
 
 
-def read_records(encoded: Iterable[tuple[str, bytes, bytes | None]],
+def read_records(encoded: Sequence[tuple[str, bytes, bytes | None]],
                  wanted: frozenset[str]) -> list[Record]:
     """Records from ``RawClient.stream_record_bytes``; of the origin columns, the values of
-    ``wanted`` are decoded, nothing else is."""
+    ``wanted`` are decoded, nothing else is. One compiled walk of the page where it is built
+    (``read_records_in_python`` otherwise, the same records)."""
+    if rowbytes._rowwalk is None:
+        return read_records_in_python(encoded, wanted)
+    try:
+        return rowbytes._rowwalk.records(encoded, wanted, Record)
+    except ValueError as exc:
+        raise plainbuffer.PlainBufferError(f"a row read back is truncated or malformed ({exc})") from None
+
+
+def read_records_in_python(encoded: Iterable[tuple[str, bytes, bytes | None]],
+                           wanted: frozenset[str]) -> list[Record]:
+    """``read_records`` in Python."""
     records = []
     for action, row, origin in encoded:
-        key, cells, _ = row_cells(row)
-        values = None if origin is None else row_cells(origin, wanted)[2]
-        records.append(Record(action, key, [(c[0], c[1]) for c in cells], values))
+        key, cells, _ = rowbytes.row_cells_in_python(row)
+        values = None if origin is None else rowbytes.row_cells_in_python(origin, wanted)[2]
+        records.append(Record(action, key, tuple([(c[0], c[1]) for c in cells]), values))
     return records
+
+
+_STAMP = operator.itemgetter(1)
 
 
 def record_time(record: Record, read_ms: int) -> int:
@@ -138,7 +157,7 @@ def record_time(record: Record, read_ms: int) -> int:
     too; the price is that a cell written to the target directly between the change and its
     reading (within the capture lag) counts as older and goes with it.
     """
-    return max([stamp for _, stamp in record.cells if stamp], default=read_ms)
+    return max(filter(None, map(_STAMP, record.cells)), default=read_ms)
 
 
 @attrs.define
@@ -159,16 +178,23 @@ class Change:
     arrived: bool = False
 
     def add(self, record: Record, when: int, old: Key | None) -> None:
-        self.time = max(self.time, when)
+        if when > self.time:
+            self.time = when
         if record.action in ("put", "delete"):
-            self.row_time = when if self.row_time is None else max(self.row_time, when)
+            if self.row_time is None or when > self.row_time:
+                self.row_time = when
         else:
+            columns = self.columns
             for name, _ in record.cells:
-                self.columns[name] = max(self.columns.get(name, when), when)
+                column = columns.get(name)
+                if column is None or when > column:
+                    columns[name] = when
         if old is None:
             self.arrived = True
         else:
-            self.olds[old] = max(self.olds.get(old, when), when)
+            was = self.olds.get(old)
+            if was is None or when > was:
+                self.olds[old] = when
 
     def merge(self, other: Change) -> None:
         """Take in what ``other`` (later records of the same key) changed."""
@@ -216,6 +242,67 @@ def ordered_changes(changes: list[tuple[str, str, Any, int]], before: dict[tuple
     return ordered
 
 
+def row_changes(before: dict[tuple[str, int], Encoded], cells: dict[tuple[str, int], Encoded],
+                max_versions: int) -> list[tuple[str, str, Any, int]]:
+    """What turns a target row's cells ``before`` into ``cells``: puts of the versions that are
+    new or other bytes, deletes of the versions that went, in the order ``ordered_changes``
+    gives. Compiled where built (``row_changes_in_python`` otherwise, the same changes)."""
+    if rowbytes._rowwalk is not None:
+        changes = rowbytes._rowwalk.row_changes(before, cells, max_versions)
+        if changes is not None:
+            return changes
+    return row_changes_in_python(before, cells, max_versions)
+
+
+def row_changes_in_python(before: dict[tuple[str, int], Encoded], cells: dict[tuple[str, int], Encoded],
+                          max_versions: int) -> list[tuple[str, str, Any, int]]:
+    """``row_changes`` in Python."""
+    changes = [("put", name, encoded, stamp) for (name, stamp), encoded in cells.items()
+               if before.get((name, stamp)) != encoded]
+    changes += [("delete", name, None, stamp) for name, stamp in before if (name, stamp) not in cells]
+    return ordered_changes(changes, before, max_versions) if changes else []
+
+
+def merge_columns(cells: dict[tuple[str, int], Encoded], source: Sequence[RawCell],
+                  columns: dict[str, int], row_time: int | None, arrived: bool,
+                  added: Iterable[str]) -> bool:
+    """``Capture._merge``'s columns but ``added``, into a target row's ``cells``: each column a
+    change touched (``columns``: name -> time of its newest change; ``row_time``: of the newest
+    whole-row change, which touched every column), or every column when the row ``arrived``,
+    takes the source's versions, and loses the versions the source lacks that are not newer than
+    the change. Whether any source version was put. Compiled where built
+    (``merge_columns_in_python`` otherwise, the same cells in the same order)."""
+    if rowbytes._rowwalk is not None:
+        return rowbytes._rowwalk.merge_columns(cells, source, columns, row_time, arrived, added)
+    return merge_columns_in_python(cells, source, columns, row_time, arrived, added)
+
+
+def merge_columns_in_python(cells: dict[tuple[str, int], Encoded], source: Sequence[RawCell],
+                            columns: dict[str, int], row_time: int | None, arrived: bool,
+                            added: Iterable[str]) -> bool:
+    """``merge_columns`` in Python."""
+    versions: dict[str, list[tuple[int, Encoded]]] = {}
+    for name, stamp, cell, crc in source:
+        versions.setdefault(name, []).append((stamp, (cell, crc)))
+    names = dict.fromkeys([*versions, *(name for name, _ in cells)])
+    wrote = False
+    for name in names:
+        if name in added:
+            continue
+        column = columns.get(name)  # Change.column_time
+        when = column if row_time is None else row_time if column is None else max(column, row_time)
+        if when is None and not arrived:
+            continue
+        kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
+        for stamp, encoded in versions.get(name, ()):
+            cells[(name, stamp)] = encoded
+            wrote = True
+        if when is not None:
+            for version in [v for v in cells if v[0] == name and v[1] <= when and v not in kept]:
+                del cells[version]
+    return wrote
+
+
 @attrs.define
 class _TargetRow:
     """A target row as read, and as it is to become: cells by (name, timestamp), read order."""
@@ -230,6 +317,13 @@ class _TargetRow:
     def read(cls, key: Key, row: RawRow | None) -> _TargetRow:
         before = {} if row is None else {(c[0], c[1]): (c[2], c[3]) for c in row.cells}
         return cls(key, row is not None, before, row is not None, dict(before))
+
+    @classmethod
+    def of(cls, key: Key, buf: bytes | None) -> _TargetRow:
+        """``read`` of a row as BatchGetRow returned it (None: absent), its cells taken from
+        the bytes at once (``rowbytes.row_versions``)."""
+        before = {} if buf is None else rowbytes.row_versions(buf)
+        return cls(key, buf is not None, before, buf is not None, dict(before))
 
     def values_of(self, names: frozenset[str]) -> list[tuple[str, Any]]:
         """(name, value) of the cells of ``names``, decoded, newest version first."""
@@ -327,7 +421,7 @@ class ShardOutcome:
 
 
 def _key(pk: Iterable[tuple[str, Any]]) -> Key:
-    return tuple((name, value) for name, value in pk)
+    return tuple([(name, value) for name, value in pk])
 
 
 class Capture:
@@ -683,14 +777,16 @@ class Capture:
         for source_key, change in batch.items():
             row = current.get(source_key)
             try:
-                new_key, cells = (None, []) if row is None else self._target_of(source_key, row)
+                new_key, cells = (None, ()) if row is None else self._target_of(source_key, row)
             except TsmigrateError as exc:
                 self._put_aside(source_key, getattr(exc, "reason", None) or str(exc))
                 continue
             planned.append(Planned(source_key, change, row, cells, new_key))
-            wanted += [*([new_key] if new_key else []), *change.olds]
-        found = read_raw_rows(self.raw, target.name, wanted, target.options.max_versions)
-        return planned, {key: _TargetRow.read(key, found.get(key)) for key in wanted}
+            if new_key:
+                wanted.append(new_key)
+            wanted += change.olds
+        found = _batch_get(self.raw, target.name, wanted, target.options.max_versions)
+        return planned, {key: _TargetRow.of(key, found.get(key)) for key in dict.fromkeys(wanted)}
 
     def _sync_batch(self, batch: dict[Key, Change]) -> dict[Key, Change]:
         """Sync one batch (see ``sync``); returns the source keys whose guarded write was refused."""
@@ -727,21 +823,25 @@ class Capture:
         can be carried takes it off the list)."""
         self.set_aside[format_key(source_key)] = {"reason": reason[:500], "at_ms": int(time.time() * 1000)}
 
-    def _target_of(self, source_key: Key, row: RawRow) -> tuple[Key, list[RawCell]]:
+    def _target_of(self, source_key: Key, row: RawRow) -> tuple[Key, Sequence[RawCell]]:
         """The target key and cells of a source row (``RowTransform.apply`` on encoded cells):
         only the values the new key needs are decoded; fields of the old key that become
         attributes are encoded, stamped like the row's newest cell."""
         transform = self.transform
         values = transform.natural(source_key, list(row.values.items()))
-        key = _key(transform.target_key(values, list(source_key)))
+        key = tuple(transform.target_key(values, list(source_key)))  # (name, value) pairs
         dropped = transform.dropped
-        cells = [c for c in row.cells if c[0] not in dropped]
-        present = {c[0] for c in row.cells}
-        extra = [f for f in transform.added if f not in present and f in values]
+        # Tuples: the cells live as long as their batch, and a tuple of tuples the collector can
+        # leave alone (a list it would carry into its oldest generation).
+        cells = tuple([c for c in row.cells if c[0] not in dropped]) if dropped else tuple(row.cells)
+        extra = []
+        if transform.added:
+            present = {c[0] for c in row.cells}
+            extra = [f for f in transform.added if f not in present and f in values]
         if extra:
             stamp = max((c[1] for c in row.cells), default=transform.default_timestamp)
-            cells += [(f, stamp, *plainbuffer.encode_cell(f, values[f], stamp)) for f in extra]
-            cells.sort(key=lambda c: c[0])  # stable: versions keep their order
+            added = [(f, stamp, *plainbuffer.encode_cell(f, values[f], stamp)) for f in extra]
+            cells = tuple(sorted([*cells, *added], key=lambda c: c[0]))  # stable: versions keep their order
         return key, cells
 
     def _vacate(self, row: _TargetRow, source_key: Key, when: int) -> None:
@@ -767,30 +867,19 @@ class Capture:
         """Merge the source's cells (the transformed row) into the target row: the columns the
         change touched take the source's versions, and lose the versions the source no longer has
         that are not newer than the change; untouched columns are left as they are, unless the row
-        just arrived at this key, which takes every source version."""
-        versions: dict[str, list[tuple[int, Encoded]]] = {}
-        for name, stamp, cell, crc in source:
-            versions.setdefault(name, []).append((stamp, (cell, crc)))
-        added = set(self.transform.added)
-        names = dict.fromkeys([*versions, *(name for name, _ in row.cells)])
-        wrote = False
-        for name in names:
-            if name in added:
-                continue
-            when = change.column_time(name)
-            if when is None and not arrived:
-                continue
-            kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
-            for stamp, encoded in versions.get(name, ()):
-                row.cells[(name, stamp)] = encoded
-                wrote = True
-            if when is not None:
-                row.drop(name, when, kept)
+        just arrived at this key, which takes every source version (``merge_columns``)."""
+        added = self.transform.added
+        wrote = merge_columns(row.cells, source, change.columns, change.row_time, arrived, added)
         if not (row.exists or wrote or arrived or change.row_time is not None):
             return  # nothing of it is left in the target, and the change brings nothing
         row.exists = True
+        if not added:
+            return
         # Fields of the source key kept as attributes: stamped like the source row's newest
         # cell, so they follow it; the versions they replace go.
+        versions: dict[str, list[tuple[int, Encoded]]] = {}
+        for name, stamp, cell, crc in source:
+            versions.setdefault(name, []).append((stamp, (cell, crc)))
         for name in added:
             kept = {(name, stamp) for stamp, _ in versions.get(name, ())}
             for stamp, encoded in versions.get(name, ()):
@@ -820,14 +909,11 @@ class Capture:
                 if not row.existed or row.before:
                     bare.append(TargetRow(list(row.key), []))
                 continue
-            before = row.before
-            changes = [("put", name, encoded, stamp) for (name, stamp), encoded in row.cells.items()
-                       if before.get((name, stamp)) != encoded]
-            changes += [("delete", name, None, stamp) for name, stamp in before
-                        if (name, stamp) not in row.cells]
+            if row.cells == row.before:
+                continue
+            changes = row_changes(row.before, row.cells, table.options.max_versions)
             if changes:
-                updates.append((list(row.key), ordered_changes(
-                    changes, before, table.options.max_versions)))
+                updates.append((list(row.key), changes))
         refused: list[Key] = []
         if gone:
             # Guarded by the row as read: a row another shard's worker moved into that key
@@ -892,15 +978,14 @@ class Planned(NamedTuple):
     source_key: Key
     change: Change
     row: RawRow | None
-    cells: list[RawCell]
+    cells: Sequence[RawCell]
     new_key: Key | None
 
 
-@attrs.define(slots=True)
-class RawRow:
+class RawRow(NamedTuple):
     """A row as read, its attribute cells encoded."""
 
-    cells: list[RawCell]  # every version, in the read's order (a column's newest first)
+    cells: tuple[RawCell, ...]  # every version, in the read's order (a column's newest first)
     values: dict[str, Any]  # the newest value of each column asked for, decoded
 
 
@@ -954,11 +1039,27 @@ def read_raw_rows(raw: RawClient, table: str, keys: list[Key], versions: int,
                   wanted: frozenset[str] = frozenset()) -> dict[Key, RawRow]:
     """Current rows by key, their cells kept encoded (``RawCell``); the newest value of each
     column in ``wanted`` decoded. Absent rows are left out."""
-    found = {}
-    for key, buf in _batch_get(raw, table, keys, versions).items():
-        _, cells, values = row_cells(buf, wanted)
-        found[key] = RawRow(cells, values)
-    return found
+    return raw_rows(_batch_get(raw, table, keys, versions), wanted)
+
+
+def raw_rows(found: dict[Key, bytes], wanted: frozenset[str]) -> dict[Key, RawRow]:
+    """``RawRow``s of rows as BatchGetRow returned them (``rowbytes.row_cells``), by key: one
+    compiled call for them all where it is built (``raw_rows_in_python`` otherwise)."""
+    if rowbytes._rowwalk is None:
+        return raw_rows_in_python(found, wanted)
+    try:
+        return rowbytes._rowwalk.raw_rows(found, wanted, RawRow)
+    except ValueError as exc:
+        raise plainbuffer.PlainBufferError(f"a row read back is truncated or malformed ({exc})") from None
+
+
+def raw_rows_in_python(found: dict[Key, bytes], wanted: frozenset[str]) -> dict[Key, RawRow]:
+    """``raw_rows`` in Python."""
+    rows = {}
+    for key, buf in found.items():
+        _, cells, values = rowbytes.row_cells_in_python(buf, wanted)
+        rows[key] = RawRow(tuple(cells), values)
+    return rows
 
 
 def read_rows(client: Any, table: str, keys: list[Key], versions: int) -> dict[Key, Any]:

@@ -347,14 +347,33 @@ def cell_value(cell: bytes) -> Any:
 
 
 def key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
-    """A primary key's cells (``key_cell``, cached) and their checksums."""
+    """A primary key's cells and their checksums (compiled where built; ``key_cells_in_python``
+    for the keys it leaves: values of other types, integers out of int64)."""
+    if _rowwalk is not None:
+        encoded = _rowwalk.key_cells(key)
+        if encoded is not None:
+            return encoded
+    return key_cells_in_python(key)
+
+
+def key_cells_in_python(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
+    """``key_cells`` in Python: each cell by ``key_cell`` (cached)."""
     cells = [key_cell(name, value) for name, value in key]
     return b"".join([c for c, _ in cells]), bytes([crc for _, crc in cells])
 
 
 def key_row(key: Sequence[tuple[str, Any]]) -> bytes:
     """HEADER + a row of the key alone, as BatchGetRow takes it (``encode_primary_key``)."""
-    cells, crcs = key_cells(key)
+    if _rowwalk is not None:
+        encoded = _rowwalk.key_row(key)
+        if encoded is not None:
+            return encoded
+    return key_row_in_python(key)
+
+
+def key_row_in_python(key: Sequence[tuple[str, Any]]) -> bytes:
+    """``key_row`` in Python."""
+    cells, crcs = key_cells_in_python(key)
     return b"".join((HEADER, b"\x01", cells, ROW_CHECKSUM[row_checksum(crcs, b"")]))
 
 
@@ -367,7 +386,36 @@ def row_cells(
 ) -> tuple[tuple[tuple[str, Any], ...], list[RawCell], dict[str, Any]]:
     """The one row of ``buf`` (HEADER + row: a row read back, or a stream record's): its key
     decoded, every attribute cell as (name, timestamp or 0, the cell's bytes, its checksum), and
-    the newest value of each column of ``wanted``. Values are not decoded otherwise."""
+    the newest value of each column of ``wanted``. Values are not decoded otherwise. Compiled
+    where built (``row_cells_in_python`` otherwise, the same result)."""
+    if _rowwalk is None:
+        return row_cells_in_python(buf, wanted)
+    try:
+        return _rowwalk.row_cells(buf, wanted)
+    except ValueError as exc:  # a UnicodeDecodeError too, as in Python
+        raise PlainBufferError(f"a row read back is truncated or malformed ({exc})") from None
+
+
+def row_versions(buf: bytes) -> dict[tuple[str, int], tuple[bytes, int]]:
+    """The attribute cells of the one row of ``buf`` by (name, timestamp): (bytes, checksum), as
+    ``row_cells`` reads them (a later cell of the same version wins); compiled where built."""
+    if _rowwalk is None:
+        return row_versions_in_python(buf)
+    try:
+        return _rowwalk.row_versions(buf)
+    except ValueError as exc:
+        raise PlainBufferError(f"a row read back is truncated or malformed ({exc})") from None
+
+
+def row_versions_in_python(buf: bytes) -> dict[tuple[str, int], tuple[bytes, int]]:
+    """``row_versions`` in Python."""
+    return {(c[0], c[1]): (c[2], c[3]) for c in row_cells_in_python(buf)[1]}
+
+
+def row_cells_in_python(
+    buf: bytes, wanted: frozenset[str] = frozenset()
+) -> tuple[tuple[tuple[str, Any], ...], list[RawCell], dict[str, Any]]:
+    """``row_cells`` where the compiled walk is not built (and what tests compare it with)."""
     if buf[:4] != HEADER:
         raise PlainBufferError(f"a row must start with the PlainBuffer header, got {buf[:4].hex()}")
     i32, i64 = _I32, _I64

@@ -42,6 +42,7 @@ from tsmigrate.local.plainbuffer import (
     decode_row,
     encode_primary_key_cells,
 )
+from tsmigrate.rewrite import rowbytes
 from tsmigrate.rewrite.rowbytes import key_cells
 from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 
@@ -296,7 +297,8 @@ def _batches(rows: Sequence[bytes]) -> Iterator[list[bytes]]:
 
 
 def encode_delete(key: Sequence[tuple[str, Any]]) -> bytes:
-    pk_cells, crcs = encode_primary_key_cells(key)
+    encoded = None if rowbytes._rowwalk is None else rowbytes._rowwalk.key_cells(key)
+    pk_cells, crcs = encode_primary_key_cells(key) if encoded is None else encoded
     return HEADER + assemble_row(pk_cells, crcs, (), delete_marker=True)
 
 
@@ -346,6 +348,23 @@ def update_rounds(cells: Sequence[CellChange]) -> list[list[CellChange]]:
     return rounds
 
 
+def update_bodies(key: Sequence[tuple[str, Any]], cells: Sequence[CellChange]) -> list[bytes]:
+    """A row's cell changes as its UpdateRows (``update_rounds``), each encoded
+    (``encode_update``): compiled where built (``update_bodies_in_python`` otherwise, the same
+    bytes)."""
+    if rowbytes._rowwalk is not None:
+        pk_cells, crcs = key_cells(key)
+        bodies = rowbytes._rowwalk.update_bodies(pk_cells, crcs, cells, MAX_CELLS_PER_UPDATE)
+        if bodies is not None:
+            return bodies
+    return update_bodies_in_python(key, cells)
+
+
+def update_bodies_in_python(key: Sequence[tuple[str, Any]], cells: Sequence[CellChange]) -> list[bytes]:
+    """``update_bodies`` in Python."""
+    return [encode_update(key, cells_of_round) for cells_of_round in update_rounds(cells)]
+
+
 def update_rows(client: OTSClient, table: str,
                 rows: Sequence[tuple[Sequence[tuple[str, Any]], Sequence[CellChange]]]) -> None:
     """Apply cell changes to rows (UpdateRow items of BatchWriteRow, 200 rows and 4 MB a
@@ -353,10 +372,10 @@ def update_rows(client: OTSClient, table: str,
     and so on, so a request never holds one row twice; for change capture."""
     rounds: list[list[bytes]] = []
     for key, cells in rows:
-        for depth, cells_of_round in enumerate(update_rounds(cells)):
+        for depth, body in enumerate(update_bodies(key, cells)):
             if depth == len(rounds):
                 rounds.append([])
-            rounds[depth].append(encode_update(key, cells_of_round))
+            rounds[depth].append(body)
     batch = BatchWriter(client, table)
     for encoded in rounds:
         batch.update(encoded)

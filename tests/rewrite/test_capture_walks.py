@@ -1,0 +1,173 @@
+"""Capture's compiled paths (tsmigrate/rewrite/_rowwalk.c) against the Python they stand in for:
+the same records, rows, cells (in the same order), changes and UpdateRow bytes on any input, and
+the same kind of error on truncated input. Where the module is not built both sides are the
+Python, and the tests pass trivially."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsmigrate.local.plainbuffer import (
+    HEADER,
+    PlainBufferError,
+    assemble_row,
+    encode_cell,
+    encode_primary_key_cells,
+    encode_row,
+)
+from tsmigrate.rewrite import capture, rowbytes, writer
+from tsmigrate.rewrite.capture import Record
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+_KEY_VALUE = st.one_of(st.text(max_size=12), INT64, st.binary(max_size=12))
+_VALUE = st.one_of(st.none(), INT64, st.text(max_size=10), st.booleans(), st.floats(allow_nan=False),
+                   st.binary(max_size=8))
+_STAMP = st.one_of(st.none(), st.integers(0, 2**45), INT64)
+_NAME = st.sampled_from(["a", "status", "keyword", "é名", "z" * 40])
+_KEY = st.lists(st.tuples(st.sampled_from(["request_id", "n", "k3", "k4"]), _KEY_VALUE),
+                min_size=1, max_size=4)
+_CELLS = st.lists(st.tuples(_NAME, _VALUE, _STAMP), max_size=8)
+_WANTED = st.frozensets(_NAME)
+
+
+def _row(key: list, cells: list, delete_marker: bool = False) -> bytes:
+    pk, crcs = encode_primary_key_cells(key)
+    return HEADER + assemble_row(pk, crcs, [encode_cell(*c) for c in cells], delete_marker)
+
+
+def _outcome(call, *args):
+    """What a walk gives: its result, or the kind of error it raised."""
+    try:
+        return call(*args)
+    except PlainBufferError:
+        return "malformed"
+
+
+SETTINGS = settings(max_examples=200, deadline=None)
+
+
+@SETTINGS
+@given(_KEY, _CELLS, _WANTED, st.booleans())
+def test_a_row_walks_to_the_same_key_cells_and_values(key, cells, wanted, delete_marker) -> None:
+    buf = _row(key, cells, delete_marker)
+    assert rowbytes.row_cells(buf, wanted) == rowbytes.row_cells_in_python(buf, wanted)
+    assert list(rowbytes.row_versions(buf).items()) == list(rowbytes.row_versions_in_python(buf).items())
+    found = {(("id", 1),): buf, (("id", 2),): _row(key, cells[:1])}
+    assert capture.raw_rows(found, wanted) == capture.raw_rows_in_python(found, wanted)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_KEY, st.lists(st.tuples(_NAME, _VALUE, _STAMP), min_size=1, max_size=4), st.data())
+def test_a_truncated_row_is_malformed_for_both(key, cells, data) -> None:
+    buf = _row(key, cells)
+    cut = buf[:data.draw(st.integers(0, len(buf) - 1))]
+    for compiled, python in ((rowbytes.row_cells, rowbytes.row_cells_in_python),
+                             (rowbytes.row_versions, rowbytes.row_versions_in_python)):
+        assert _outcome(compiled, cut) == _outcome(python, cut) == "malformed"
+    records = [("put", cut, None)]
+    assert (_outcome(capture.read_records, records, frozenset())
+            == _outcome(capture.read_records_in_python, records, frozenset()) == "malformed")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CELLS, min_size=1, max_size=2), st.data())
+def test_damaged_rows_give_a_result_or_a_typed_error_never_a_crash(cells, data) -> None:
+    damaged = bytearray(_row([("id", "r")], cells[0]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        damaged[data.draw(st.integers(4, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    for walk in (rowbytes.row_cells, rowbytes.row_versions):
+        outcome = _outcome(walk, bytes(damaged))
+        assert outcome == "malformed" or isinstance(outcome, (tuple, dict))
+
+
+_RECORD = st.tuples(st.sampled_from(["put", "update", "delete"]), _KEY, _CELLS,
+                    st.one_of(st.none(), _CELLS))
+
+
+@SETTINGS
+@given(st.lists(_RECORD, max_size=6), _WANTED)
+def test_a_page_of_records_reads_as_the_python_loop_reads_it(records, wanted) -> None:
+    encoded = [(action, _row(key, cells), None if origin is None else _row(key, origin))
+               for action, key, cells, origin in records]
+    compiled, python = capture.read_records(encoded, wanted), capture.read_records_in_python(encoded, wanted)
+    assert compiled == python
+    assert all(type(r) is Record for r in compiled)
+
+
+@SETTINGS
+@given(_KEY)
+def test_key_rows_are_the_python_encoding(key) -> None:
+    assert rowbytes.key_row(key) == rowbytes.key_row_in_python(key)
+    assert rowbytes.key_cells(key) == rowbytes.key_cells_in_python(key)
+    assert writer.encode_delete(key) == HEADER + assemble_row(*encode_primary_key_cells(key), (),
+                                                              delete_marker=True)
+
+
+@pytest.mark.parametrize("key", [[("k", True)], [("k", 2**63)], [("k", 1.5)], [("k", bytearray(b"x"))]])
+def test_keys_the_compiled_path_leaves_to_python_come_out_the_same(key) -> None:
+    def outcome(call):
+        try:
+            return call(key)
+        except Exception as exc:
+            return type(exc)
+
+    assert outcome(rowbytes.key_row) == outcome(rowbytes.key_row_in_python)
+    assert outcome(rowbytes.key_cells) == outcome(rowbytes.key_cells_in_python)
+
+
+# -- a target row's merge, its changes, their UpdateRows ----------------------------------------
+
+_STAMPS = st.integers(0, 12)
+_ENCODED = st.sampled_from([(b"one", 1), (b"two", 2), (b"three", 3)])
+_VERSIONS = st.dictionaries(st.tuples(_NAME, _STAMPS), _ENCODED, max_size=10)
+_SOURCE = st.lists(st.tuples(_NAME, _STAMPS, st.sampled_from([b"one", b"two", b"four"]),
+                             st.sampled_from([1, 2, 3])), max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VERSIONS, _SOURCE, st.dictionaries(_NAME, _STAMPS), st.one_of(st.none(), _STAMPS),
+       st.booleans(), st.lists(_NAME, max_size=2, unique=True))
+def test_a_merge_leaves_the_same_cells_in_the_same_order(cells, source, columns, row_time, arrived,
+                                                         added) -> None:
+    compiled, python = dict(cells), dict(cells)
+    wrote = capture.merge_columns(compiled, source, columns, row_time, arrived, tuple(added))
+    assert wrote == capture.merge_columns_in_python(python, source, columns, row_time, arrived, tuple(added))
+    assert list(compiled.items()) == list(python.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VERSIONS, _VERSIONS, st.sets(st.integers(0, 9)), st.sampled_from([1, 2, 3, 5, 2**31 - 1]))
+def test_a_row_changes_as_the_python_orders_them(before, after, gone, max_versions) -> None:
+    """``cells`` as a merge leaves them: versions of ``before`` kept or replaced in place, some
+    gone, new ones after them."""
+    cells = {v: after.get(v, e) for i, (v, e) in enumerate(before.items()) if i not in gone}
+    cells.update(after)
+    assert capture.row_changes(before, cells, max_versions) == capture.row_changes_in_python(
+        before, cells, max_versions)
+
+
+def test_a_timestamp_out_of_int64_is_left_to_python() -> None:
+    before, cells = {("a", 2**64): (b"x", 1)}, {("a", 1): (b"y", 2)}
+    assert capture.row_changes(before, cells, 3) == capture.row_changes_in_python(before, cells, 3)
+
+
+_CHANGE = st.one_of(
+    st.builds(lambda name, value, stamp: ("put", name, encode_cell(name, value, stamp), stamp),
+              _NAME, _VALUE, st.integers(0, 2**45)),
+    st.builds(lambda name, stamp: ("delete", name, None, stamp), _NAME, INT64))
+
+
+@SETTINGS
+@given(_KEY, st.lists(_CHANGE, max_size=12), st.sampled_from([1, 2, 3, writer.MAX_CELLS_PER_UPDATE]))
+def test_update_rows_encode_as_the_python_rounds(key, changes, max_cells) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "MAX_CELLS_PER_UPDATE", max_cells)
+        assert writer.update_bodies(key, changes) == writer.update_bodies_in_python(key, changes)
+
+
+def test_a_record_of_an_encoded_row_and_no_origin_keeps_the_origin_none() -> None:
+    row = encode_row([("id", "r")], [("a", 1, 5)])
+    (record,) = capture.read_records([("update", row, None)], frozenset({"a"}))
+    assert record == Record("update", (("id", "r"),), (("a", 5),), None)
