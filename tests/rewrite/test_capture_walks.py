@@ -1,14 +1,18 @@
 """Capture's compiled paths (tsmigrate/rewrite/_rowwalk.c) against the Python they stand in for:
-the same records, rows, cells (in the same order), changes and UpdateRow bytes on any input, and
+the same records, rows, cells (in the same order), changes and request bytes on any input, and
 the same kind of error on truncated input. Where the module is not built both sides are the
 Python, and the tests pass trivially."""
 
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.instance.rawclient import StreamPage
+from tsmigrate.local import table_protocol
 from tsmigrate.local.plainbuffer import (
     HEADER,
     PlainBufferError,
@@ -18,7 +22,7 @@ from tsmigrate.local.plainbuffer import (
     encode_row,
 )
 from tsmigrate.rewrite import capture, rowbytes, writer
-from tsmigrate.rewrite.capture import Record
+from tsmigrate.rewrite.capture import BatchGetRows, Record
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 _KEY_VALUE = st.one_of(st.text(max_size=12), INT64, st.binary(max_size=12))
@@ -43,6 +47,8 @@ def _outcome(call, *args):
         return call(*args)
     except PlainBufferError:
         return "malformed"
+    except DecodeError:
+        return "undecodable"
 
 
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -165,6 +171,89 @@ def test_update_rows_encode_as_the_python_rounds(key, changes, max_cells) -> Non
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(writer, "MAX_CELLS_PER_UPDATE", max_cells)
         assert writer.update_bodies(key, changes) == writer.update_bodies_in_python(key, changes)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 5), max_size=450))
+def test_update_requests_send_each_row_s_rounds_in_order_and_fill_requests(depths) -> None:
+    rows = [[f"{i}.{depth}".encode() for depth in range(count)] for i, count in enumerate(depths)]
+    requests = list(writer.update_requests(rows))
+    assert all(0 < len(r) <= writer.MAX_BATCH_ROWS for r in requests)
+    index_of = {body: i for i, request in enumerate(requests) for body in request}
+    assert sorted(index_of) == sorted(b for bodies in rows for b in bodies)  # each body once
+    for bodies in rows:  # a row's rounds in later and later requests
+        assert [index_of[b] for b in bodies] == sorted({index_of[b] for b in bodies})
+    entries = sum(depths)
+    assert len(requests) == max(-(-entries // writer.MAX_BATCH_ROWS), max(depths, default=0))
+
+
+# -- answers read without message objects -------------------------------------------------------
+
+_ROW_RESULT = st.tuples(st.booleans(), st.one_of(st.none(), st.binary(max_size=30)), st.booleans())
+
+
+def _batch_get_answer(tables: list) -> bytes:
+    response = pb.BatchGetRowResponse()
+    for rows in tables:
+        table = response.tables.add(table_name="t")
+        for ok, row, failed in rows:
+            result = table.rows.add(is_ok=ok)
+            if row is not None:
+                result.row = row
+            if failed:
+                result.error.code = "OTSServerBusy"
+    return response.SerializeToString()
+
+
+@SETTINGS
+@given(st.lists(st.lists(_ROW_RESULT, max_size=5), max_size=3), st.data())
+def test_a_batch_get_answer_reads_as_the_message_does(tables, data) -> None:
+    body = _batch_get_answer(tables)
+    compiled, python = BatchGetRows(), BatchGetRows()
+    compiled.ParseFromString(body)
+    python.parse_in_python(body)
+    if tables:
+        assert compiled.rows == python.rows == [(ok, row or b"") for ok, row, _ in tables[0]]
+    else:
+        for answer in (compiled, python):
+            with pytest.raises(IndexError):
+                _ = answer.rows
+    if body:
+        cut = body[:data.draw(st.integers(0, len(body) - 1))]
+        first, second = BatchGetRows(), BatchGetRows()
+        got = _outcome(first.ParseFromString, cut), _outcome(second.parse_in_python, cut)
+        assert got[0] == got[1]
+        assert first._rows == second._rows
+
+
+def _stream_answer(records: list, following: str | None) -> bytes:
+    response = pb.GetStreamRecordResponse()
+    for action, row, origin in records:
+        record = response.stream_records.add(action_type=action, record=row)
+        if origin is not None:
+            record.MergeFromString(table_protocol.StreamRecordOrigin(origin_record=origin).SerializeToString())
+    if following is not None:
+        response.next_shard_iterator = following
+    return response.SerializeToString()
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([pb.PUT_ROW, pb.UPDATE_ROW, pb.DELETE_ROW]), st.binary(max_size=20),
+                          st.one_of(st.none(), st.binary(max_size=20))), max_size=6),
+       st.one_of(st.none(), st.text(max_size=20)), st.data())
+def test_a_stream_page_reads_as_the_messages_do(records, following, data) -> None:
+    body = _stream_answer(records, following)
+    compiled, python = StreamPage(), StreamPage()
+    compiled.ParseFromString(body)
+    python.parse_in_python(body)
+    assert (compiled.records, compiled.following) == (python.records, python.following)
+    assert (compiled.records, compiled.following) == (records, following)
+    if body:
+        cut = body[:data.draw(st.integers(0, len(body) - 1))]
+        first, second = StreamPage(), StreamPage()
+        got = _outcome(first.ParseFromString, cut), _outcome(second.parse_in_python, cut)
+        assert got[0] == got[1]
+        assert (first.records, first.following) == (second.records, second.following)
 
 
 def test_a_record_of_an_encoded_row_and_no_origin_keeps_the_origin_none() -> None:

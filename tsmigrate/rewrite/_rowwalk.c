@@ -8,7 +8,8 @@
  * for, named there *_in_python, which tests/rewrite/test_capture_walks.py compares it with):
  * a page of stream records and the rows BatchGetRow returns walked once each (row_cells,
  * row_versions, records, raw_rows), keys encoded (key_row, key_cells), a target row's merge
- * (merge_columns), its changes in order (row_changes) and their UpdateRow bodies (update_bodies).
+ * (merge_columns), its changes in order (row_changes) and their UpdateRow bodies (update_bodies),
+ * and the two protobuf answers capture reads the most (batch_get_rows, stream_records).
  *
  * Errors: ValueError for a truncated or malformed page (the callers raise PlainBufferError),
  * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable), and
@@ -1686,6 +1687,228 @@ done:
 }
 
 
+/* ---- protobuf answers read without message objects: BatchGetRow's rows, GetStreamRecord's
+ * records. The wire format (varint, 64-bit, length-delimited, 32-bit fields; groups are not
+ * used by these messages and are malformed here); a singular field's last value counts. ---- */
+
+typedef struct {
+    uint32_t field;
+    int wire;
+    uint64_t value;         /* wire 0 */
+    Py_ssize_t start, end;  /* wire 2: the bytes */
+} PbField;
+
+static int pb_varint(const uint8_t *b, Py_ssize_t n, Py_ssize_t *pos, uint64_t *value) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70 && *pos < n; shift += 7) {
+        uint8_t c = b[(*pos)++];
+        if (shift < 64)
+            v |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            *value = v;
+            return 0;
+        }
+    }
+    return malformed("a varint is truncated or too long", *pos);
+}
+
+/* The field at *pos, whose end is before ``end``: 0, 1 at the end, -1 with ValueError. */
+static int pb_next(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, PbField *f) {
+    if (*pos >= end)
+        return 1;
+    uint64_t tag, size;
+    if (pb_varint(b, end, pos, &tag) < 0)
+        return -1;
+    f->field = (uint32_t)(tag >> 3);
+    f->wire = (int)(tag & 7);
+    if (f->field == 0 || (tag >> 3) > 0x1FFFFFFF)
+        return malformed("a field number is invalid", *pos);
+    switch (f->wire) {
+    case 0:
+        return pb_varint(b, end, pos, &f->value) < 0 ? -1 : 0;
+    case 1:
+        if (end - *pos < 8)
+            return malformed("a 64-bit field is truncated", *pos);
+        *pos += 8;
+        return 0;
+    case 5:
+        if (end - *pos < 4)
+            return malformed("a 32-bit field is truncated", *pos);
+        *pos += 4;
+        return 0;
+    case 2:
+        if (pb_varint(b, end, pos, &size) < 0)
+            return -1;
+        if (size > (uint64_t)(end - *pos))
+            return malformed("a length-delimited field is truncated", *pos);
+        f->start = *pos;
+        f->end = *pos + (Py_ssize_t)size;
+        *pos = f->end;
+        return 0;
+    default:
+        return malformed("a field of an unexpected wire type", *pos);
+    }
+}
+
+/* batch_get_rows(body) -> [(is_ok, row)] of the first table, or None when the answer has no
+ * table: the fields of BatchGetRowResponse.tables[0].rows that capture reads. */
+static PyObject *batch_get_rows(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (get_bytes(arg, &view) < 0)
+        return NULL;
+    const uint8_t *b = view.buf;
+    Py_ssize_t n = view.len, pos = 0, table_start = -1, table_end = -1;
+    PyObject *rows = NULL;
+    PbField f;
+    int more;
+    while ((more = pb_next(b, n, &pos, &f)) == 0)
+        if (f.field == 1 && f.wire == 2 && table_start < 0) {
+            table_start = f.start;
+            table_end = f.end;
+        } else if (f.field == 1) {
+            if (f.wire != 2) {
+                malformed("tables is not a message", pos);
+                goto done;
+            }
+        }
+    if (more < 0)
+        goto done;
+    if (table_start < 0) {
+        rows = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((rows = PyList_New(0)) == NULL)
+        goto done;
+    pos = table_start;
+    while ((more = pb_next(b, table_end, &pos, &f)) == 0) {
+        if (f.field != 2)
+            continue;
+        if (f.wire != 2)
+            goto wrong;
+        Py_ssize_t at = f.start, row_start = 0, row_end = 0;
+        int ok = 0, inner;
+        PbField g;
+        while ((inner = pb_next(b, f.end, &at, &g)) == 0) {
+            if (g.field == 1) {
+                if (g.wire != 0)
+                    goto wrong;
+                ok = g.value != 0;
+            } else if (g.field == 4) {
+                if (g.wire != 2)
+                    goto wrong;
+                row_start = g.start;
+                row_end = g.end;
+            }
+        }
+        if (inner < 0)
+            goto fail;
+        PyObject *row = PyBytes_FromStringAndSize((const char *)b + row_start, row_end - row_start);
+        PyObject *item = row ? Py_BuildValue("(ON)", ok ? Py_True : Py_False, row) : NULL;
+        if (item == NULL || PyList_Append(rows, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    if (more < 0)
+        goto fail;
+    goto done;
+wrong:
+    malformed("a field of another wire type than its message's", pos);
+fail:
+    Py_CLEAR(rows);
+done:
+    PyBuffer_Release(&view);
+    return rows;
+}
+
+/* stream_records(body) -> ([(action_type, record, origin_record or None)], next_shard_iterator
+ * or None): GetStreamRecordResponse as RawClient.stream_record_bytes reads it (origin_record,
+ * field 3 of a StreamRecord, is tsmigrate's StreamRecordOrigin). An action_type of no known
+ * value is left unset, as a closed enum's is; a record without action_type or record is
+ * malformed (the message requires them). */
+static PyObject *stream_records(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (get_bytes(arg, &view) < 0)
+        return NULL;
+    const uint8_t *b = view.buf;
+    Py_ssize_t n = view.len, pos = 0, next_start = -1, next_end = -1;
+    PyObject *records = PyList_New(0), *result = NULL;
+    PbField f;
+    int more;
+    if (records == NULL)
+        goto done;
+    while ((more = pb_next(b, n, &pos, &f)) == 0) {
+        if (f.field == 2) {
+            if (f.wire != 2)
+                goto wrong;
+            next_start = f.start;
+            next_end = f.end;
+            continue;
+        }
+        if (f.field != 1)
+            continue;
+        if (f.wire != 2)
+            goto wrong;
+        Py_ssize_t at = f.start, row_start = -1, row_end = -1, origin_start = -1, origin_end = -1;
+        long action = 0;
+        int inner;
+        PbField g;
+        while ((inner = pb_next(b, f.end, &at, &g)) == 0) {
+            if (g.field == 1) {
+                if (g.wire != 0)
+                    goto wrong;
+                if (g.value >= 1 && g.value <= 3)
+                    action = (long)g.value;
+            } else if (g.field == 2 || g.field == 3) {
+                if (g.wire != 2)
+                    goto wrong;
+                if (g.field == 2) {
+                    row_start = g.start;
+                    row_end = g.end;
+                } else {
+                    origin_start = g.start;
+                    origin_end = g.end;
+                }
+            }
+        }
+        if (inner < 0)
+            goto done;
+        if (action == 0 || row_start < 0) {
+            malformed("a stream record lacks its action or its row", f.start);
+            goto done;
+        }
+        PyObject *row = PyBytes_FromStringAndSize((const char *)b + row_start, row_end - row_start);
+        PyObject *origin = row == NULL ? NULL
+                           : origin_start < 0 ? Py_NewRef(Py_None)
+                           : PyBytes_FromStringAndSize((const char *)b + origin_start, origin_end - origin_start);
+        PyObject *item = origin ? Py_BuildValue("(lNN)", action, row, origin) : NULL;
+        if (item == NULL) {
+            if (origin == NULL)
+                Py_XDECREF(row);
+            goto done;
+        }
+        if (PyList_Append(records, item) < 0) {
+            Py_DECREF(item);
+            goto done;
+        }
+        Py_DECREF(item);
+    }
+    if (more < 0)
+        goto done;
+    PyObject *following = next_start < 0 ? Py_NewRef(Py_None)
+                          : PyUnicode_DecodeUTF8((const char *)b + next_start, next_end - next_start, NULL);
+    if (following != NULL)
+        result = Py_BuildValue("(ON)", records, following);
+    goto done;
+wrong:
+    malformed("a field of another wire type than its message's", pos);
+done:
+    Py_XDECREF(records);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"page_totals", (PyCFunction)page_totals, METH_O,
      "page_totals(buf) -> (rows, sum of digests): rowbytes.page_totals, compiled."},
@@ -1710,6 +1933,10 @@ static PyMethodDef methods[] = {
      "row_changes(before, cells, max_versions) -> [CellChange] or None: capture's diff, compiled."},
     {"update_bodies", (PyCFunction)(void (*)(void))update_bodies, METH_FASTCALL,
      "update_bodies(pk_cells, pk_crcs, changes, max_cells) -> [bytes] or None: UpdateRow rounds, compiled."},
+    {"batch_get_rows", (PyCFunction)batch_get_rows, METH_O,
+     "batch_get_rows(body) -> [(is_ok, row)] of BatchGetRowResponse.tables[0], or None."},
+    {"stream_records", (PyCFunction)stream_records, METH_O,
+     "stream_records(body) -> ([(action_type, record, origin or None)], next iterator or None)."},
     {NULL, NULL, 0, NULL},
 };
 

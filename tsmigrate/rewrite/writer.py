@@ -368,17 +368,49 @@ def update_bodies_in_python(key: Sequence[tuple[str, Any]], cells: Sequence[Cell
 def update_rows(client: OTSClient, table: str,
                 rows: Sequence[tuple[Sequence[tuple[str, Any]], Sequence[CellChange]]]) -> None:
     """Apply cell changes to rows (UpdateRow items of BatchWriteRow, 200 rows and 4 MB a
-    request): the rows' first rounds (see ``update_rounds``) together, then their second ones,
-    and so on, so a request never holds one row twice; for change capture."""
-    rounds: list[list[bytes]] = []
-    for key, cells in rows:
-        for depth, body in enumerate(update_bodies(key, cells)):
-            if depth == len(rounds):
-                rounds.append([])
-            rounds[depth].append(body)
+    request): each row's rounds (see ``update_rounds``) in order, a round in a later request than
+    the one before it, so a request never holds one row twice; requests are filled in that order
+    (``update_requests``), the first rounds first; for change capture."""
     batch = BatchWriter(client, table)
-    for encoded in rounds:
-        batch.update(encoded)
+    for request in update_requests([update_bodies(key, cells) for key, cells in rows]):
+        batch.update(request)
+
+
+def update_requests(rows: Sequence[Sequence[bytes]]) -> Iterator[list[bytes]]:
+    """The requests that write ``rows`` (each row's encoded rounds, in order), as full as the
+    service allows and as few as the rounds allow: each request takes the next round of the rows
+    with the most rounds left first (so the longest rows never wait at the end), a round in a
+    later request than the one before it."""
+    sent = [0] * len(rows)  # rounds of each row in earlier requests
+    levels: list[list[int]] = [[] for _ in range(max(map(len, rows), default=0) + 1)]
+    for row, bodies in enumerate(rows):  # rows by rounds left, in order
+        levels[len(bodies)].append(row)
+    top = len(levels) - 1
+    while top > 0:
+        request: list[bytes] = []
+        taken: list[int] = []
+        size = 0
+        for left in range(top, 0, -1):
+            waiting = levels[left]
+            used = 0
+            for row in waiting:
+                body = rows[row][sent[row]]
+                if len(request) == MAX_BATCH_ROWS or (request and size + len(body) > MAX_BATCH_BYTES):
+                    break
+                request.append(body)
+                taken.append(row)
+                size += len(body)
+                used += 1
+            levels[left] = waiting[used:]
+            if used < len(waiting):
+                break  # the request is full
+        yield request
+        for row in taken:
+            sent[row] += 1
+            if len(rows[row]) > sent[row]:
+                levels[len(rows[row]) - sent[row]].append(row)
+        while top > 0 and not levels[top]:
+            top -= 1
 
 
 def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = ()) -> bytes:
