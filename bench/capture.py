@@ -1,19 +1,26 @@
-"""Change capture's client CPU per stream record, this tree against another one, side by side.
+"""Change capture's client CPU per stream record, and its records/s with 1, 2, 4... workers.
 
-A local server runs in its own process (`tsmigrate local serve --memory`). Each round, a child
-process running the tree under test makes a source table (rows of about 370 bytes, six cells,
-three versions kept, keyed by request_id), a rewrite of it keyed by (keyword, day, request_id)
-made ready by `apply`, then writes the source as services do meanwhile: updates of one or two
-columns, whole-row puts, column deletes, keyword changes (the row moves to another target key)
-and row deletes. Capture then applies every record; the CPU of the child process over the
-capture loop (``time.process_time``: every thread capture runs on; the server is another
-process) per record read is the figure. With ``--against DIR`` (an
+A local server runs in its own process (`tsmigrate local serve --memory`, with ``--latency-ms``
+of service latency and streams of ``--shards`` shards). Each round, a child process running the
+tree under test makes a source table (rows of about 370 bytes, six cells, three versions kept,
+keyed by request_id), a rewrite of it keyed by (keyword, day, request_id) made ready by `apply`,
+then writes the source as services do meanwhile: updates of one or two columns, whole-row puts,
+column deletes, keyword changes (the row moves to another target key) and row deletes. Capture
+then applies every record with its shards on ``K`` threads; the process's CPU
+(``time.process_time``: the server is another process) over the records read is the CPU figure,
+the records over the wall time the rate. Each ``K`` of ``--workers`` (default 1) runs
+``--repeat`` rounds and the best counts (the machine may be shared). With ``--against DIR`` (an
 earlier checkout, e.g. `git worktree add /tmp/base HEAD~1`) the rounds alternate between the two
-trees and the best of each counts (the machine may be shared):
+trees (workers 1 only there, unless that tree has ``tsmigrate.rewrite.shards``):
 
-records=N capture_cpu_us_per_record=X [against_cpu_us_per_record=Y cpu_ratio=Y/X]
+records=N records_per_s_w1=R1 [records_per_s_w2=R2 ...] capture_cpu_us_per_record=X
+    [against_cpu_us_per_record=Y cpu_ratio=Y/X]
 
-    python bench/capture.py [--rows 4000] [--records 4000] [--repeat 3] [--against DIR]
+The CPU figure is the best round of the fewest workers given (threads of one process contend
+for the GIL, which adds CPU per record as K grows).
+
+    python bench/capture.py [--rows 4000] [--records 4000] [--repeat 3] [--shards 4]
+                            [--workers 1,2,4] [--latency-ms 30] [--against DIR]
 """
 
 from __future__ import annotations
@@ -92,8 +99,8 @@ def _service_writes(rows: int, records: int, rng: random.Random) -> list:
     return items
 
 
-def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
-    """One round in this process's tree: prints ``records`` and ``cpu_s``."""
+def child(endpoint: str, round_id: str, rows: int, records: int, workers: int) -> None:
+    """One round in this process's tree: prints ``records``, ``cpu_s`` and ``wall_s``."""
     from tsmigrate.instance.apply import ApplyOptions, apply
     from tsmigrate.rewrite import driver, machine
     from tsmigrate.rewrite.job import ConnectionSpec
@@ -108,28 +115,40 @@ def child(endpoint: str, round_id: str, rows: int, records: int) -> None:
     settings = RewriteSettings(ConnectionSpec(endpoint, INSTANCE), driver.RunOptions(workers=2))
     apply(client, Catalog([target]), ApplyOptions(rewrite=settings), target_identity="bench")
     _write(client, source.name, _service_writes(rows, records, random.Random(7)))
-    follower = driver.make_capture(client, machine.load(client, target.name))
+    rewrite = machine.load(client, target.name)
+    if workers > 1:
+        from tsmigrate.rewrite import shards
+
+        follower = driver.make_capture(client, rewrite, shards.Threads(workers))
+    else:
+        follower = driver.make_capture(client, rewrite)
+        if hasattr(follower, "runner"):
+            from tsmigrate.rewrite import shards
+
+            follower.runner = shards.Inline()
     read = 0
-    start = time.process_time()
+    start, started = time.process_time(), time.monotonic()
     while True:
         read += follower.step()
         if follower.stats.caught_up:
             break
-    cpu_s = time.process_time() - start
-    print(f"records={read} cpu_s={cpu_s:.4f} stats={attrs.asdict(follower.stats)}")
+    cpu_s, wall_s = time.process_time() - start, time.monotonic() - started
+    print(f"records={read} cpu_s={cpu_s:.4f} wall_s={wall_s:.4f} stats={attrs.asdict(follower.stats)}")
 
 
-def _round(tree: Path, endpoint: str, round_id: str, rows: int, records: int) -> tuple[int, float]:
+def _round(tree: Path, endpoint: str, round_id: str, rows: int, records: int,
+           workers: int) -> tuple[int, float, float]:
     # The rewrite's workers connect as the environment says: the bench server's own keys.
     env = {**os.environ, "PYTHONPATH": str(tree), "TSMIGRATE_ENDPOINT": endpoint,
            "TSMIGRATE_INSTANCE": INSTANCE, "ALIBABA_CLOUD_ACCESS_KEY_ID": AK_ID,
            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": AK_SECRET}
     done = subprocess.run([sys.executable, __file__, "--child", endpoint, round_id, "--rows", str(rows),
-                           "--records", str(records)], env=env, capture_output=True, text=True)
+                           "--records", str(records), "--workers", str(workers)],
+                          env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"round in {tree} failed: {done.stderr[-3000:]}")
-    fields = dict(f.split("=", 1) for f in done.stdout.split()[:2])
-    return int(fields["records"]), float(fields["cpu_s"])
+    fields = dict(f.split("=", 1) for f in done.stdout.split()[:3])
+    return int(fields["records"]), float(fields["cpu_s"]), float(fields["wall_s"])
 
 
 def main() -> None:
@@ -139,28 +158,40 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--against", type=Path, default=None, help="another checkout to compare with")
+    parser.add_argument("--shards", type=int, default=1, help="shards of every stream")
+    parser.add_argument("--workers", default="1", help="comma-separated worker counts, e.g. 1,2,4")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="the server's added latency")
     parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "ROUND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    counts = [int(k) for k in str(args.workers).split(",")]
     if args.child:
-        child(*args.child, args.rows, args.records)
+        child(*args.child, args.rows, args.records, counts[0])
         return
     here = Path(__file__).resolve().parent.parent
     trees = {"this": here, **({"against": args.against.resolve()} if args.against else {})}
-    best: dict[str, float] = {}
+    cpu: dict[tuple[str, int], float] = {}
+    rate: dict[tuple[str, int], float] = {}
     records = 0
-    server, endpoint = start_server("--memory")
+    server, endpoint = start_server("--memory", "--stream-shards", str(args.shards),
+                                    "--latency-ms", str(args.latency_ms))
     try:
         for turn in range(args.repeat):
-            for name, tree in trees.items():
-                records, cpu_s = _round(tree, endpoint, f"{name}{turn}", args.rows, args.records)
-                best[name] = min(best.get(name, cpu_s), cpu_s)
+            for workers in counts:
+                for name, tree in trees.items():
+                    records, cpu_s, wall_s = _round(tree, endpoint, f"{name}{turn}w{workers}", args.rows,
+                                                    args.records, workers)
+                    key = (name, workers)
+                    cpu[key] = min(cpu.get(key, cpu_s), cpu_s)
+                    rate[key] = max(rate.get(key, 0.0), records / wall_s)
     finally:
         server.terminate()
         server.wait(timeout=10)
-    mine = best["this"] / records * 1e6
-    line = f"records={records} capture_cpu_us_per_record={mine:.1f}"
-    if "against" in best:
-        theirs = best["against"] / records * 1e6
+    fewest = min(counts)
+    mine = cpu[("this", fewest)] / records * 1e6
+    rates = " ".join(f"records_per_s_w{k}={rate[('this', k)]:.0f}" for k in counts)
+    line = f"records={records} {rates} capture_cpu_us_per_record={mine:.1f}"
+    if "against" in trees:
+        theirs = cpu[("against", fewest)] / records * 1e6
         line += f" against_cpu_us_per_record={theirs:.1f} cpu_ratio={theirs / mine:.2f}"
     print(line)
 
