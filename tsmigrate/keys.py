@@ -29,6 +29,12 @@ import attrs
 
 from tsmigrate.errors import KeyDerivationError
 
+# Public (README "Public API"): the derivations a model declares, and the error they raise.
+__all__ = [
+    "Concat", "Derivation", "Descending", "HashPrefix", "KeyDerivationError", "TimeBucket",
+    "derivation_from_dict",
+]
+
 INT64_MAX = 2**63 - 1
 
 Bound = Union[tuple[Any, bool], None]  # noqa: UP007 - (value, inclusive) of a range side

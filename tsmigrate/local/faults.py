@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from tsmigrate.local.errors import OTSError, internal_error, not_enough_cu, server_busy
 
+__all__ = ["KINDS", "FaultPlan", "Rule"]  # public (README "Public API")
+
 KINDS: dict[str, Callable[[], OTSError]] = {
     "server_busy": server_busy,
     "capacity": not_enough_cu,

@@ -27,6 +27,8 @@ from tsmigrate.local.context import ServerOptions
 from tsmigrate.local.faults import FaultPlan
 from tsmigrate.local.server import LocalServer
 
+__all__ = ["HeldRequest", "LocalTablestore", "local_tablestore"]  # public (README "Public API")
+
 _instance_ids = itertools.count(1)
 
 

@@ -25,6 +25,18 @@ import attrs
 
 from tsmigrate.keys import Derivation, derivation_from_dict
 
+# Public (README "Public API"): the IR, as revision scripts and tools build and read it. The
+# modules of this package (model, families, validate, ...) are internal.
+__all__ = [
+    "ANALYZERS", "ANALYZER_DEFAULTS", "ASC", "BINARY", "BOOLEAN", "DEFINED_COLUMN_TYPES", "DESC",
+    "DOUBLE", "FORMAT_VERSION", "GLOBAL", "INDEX_TYPES", "INTEGER", "LOCAL", "NO_TTL",
+    "PRIMARY_KEY_TYPES", "SEARCH_FIELD_TYPES", "STRING", "AccessPattern", "AttributeColumn",
+    "Catalog", "DefinedColumn", "IndexSorter", "PrimaryKeyColumn", "ReservedThroughput",
+    "SearchField", "SearchIndex", "SecondaryIndex", "StreamSpec", "Table", "TableOptions",
+    "catalog_from_dict", "catalog_to_dict", "fingerprint", "physical", "physical_table",
+    "search_index_from_dict", "search_index_to_dict", "table_from_dict", "table_to_dict",
+]
+
 # Column types, as Tablestore names them.
 STRING, INTEGER, BINARY, DOUBLE, BOOLEAN = "STRING", "INTEGER", "BINARY", "DOUBLE", "BOOLEAN"
 PRIMARY_KEY_TYPES = (STRING, INTEGER, BINARY)

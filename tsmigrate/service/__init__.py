@@ -1,6 +1,9 @@
 """Models for services: rows, queries, batches, derived keys and table families, on the
 official SDK, with the same API on ``OTSClient`` (``Rows``) and ``AsyncOTSClient``
-(``AsyncRows``). See the README section "Models for services"."""
+(``AsyncRows``). See the README sections "Public API" and "Models for services".
+
+``__all__`` is this package's public API, every error a service can meet included (the routing
+errors of a table a rewrite moves among them); its modules are internal."""
 
 from __future__ import annotations
 
@@ -22,14 +25,15 @@ if TYPE_CHECKING:
         VersionConflict,
     )
     from tsmigrate.service.query import Exists, Match, Prefix, Range, between
+    from tsmigrate.service.routing import RoutingError, RoutingUnavailable, WritesHeld, WriteUnconfirmed
     from tsmigrate.service.table import Rows
     from tsmigrate.service.testing import create_tables
 
 __all__ = [
     "AlreadyExists", "AsyncRows", "Attr", "BatchError", "BatchGetResult", "BatchResult",
-    "ConditionFailed", "Exists", "Failure", "Match", "Prefix", "QueryError", "Range", "RowError",
-    "RowValueError", "Rows", "Update", "UpdateNotAllowed", "VersionConflict", "between",
-    "create_tables",
+    "ConditionFailed", "Exists", "Failure", "Match", "Prefix", "QueryError", "Range", "RoutingError",
+    "RoutingUnavailable", "RowError", "RowValueError", "Rows", "Update", "UpdateNotAllowed",
+    "VersionConflict", "WriteUnconfirmed", "WritesHeld", "between", "create_tables",
 ]
 
 # The public names, imported from their modules on first use (PEP 562): the rewrite engine
@@ -42,6 +46,8 @@ _HOME = {
     "QueryError": "errors", "RowError": "errors", "RowValueError": "errors",
     "UpdateNotAllowed": "errors", "VersionConflict": "errors",
     "Exists": "query", "Match": "query", "Prefix": "query", "Range": "query", "between": "query",
+    "RoutingError": "routing", "RoutingUnavailable": "routing", "WriteUnconfirmed": "routing",
+    "WritesHeld": "routing",
     "Rows": "table",
     "create_tables": "testing",
 }
