@@ -9,6 +9,7 @@ client); everything else in tsmigrate sees only IR values and Steps. Every call 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -89,7 +90,61 @@ def service_errors(target: str) -> Iterator[None]:
         # (`plan | head -1`), which the command ends quietly (``commands.common.reports_errors``).
         raise
     except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TargetError(f"cannot reach {target}: {exc}") from None
+        raise TargetError(f"cannot reach {target}: {network_failure(exc)}") from None
+
+
+def network_failure(exc: BaseException) -> str:
+    """What went wrong on the way to an endpoint and what to check, in a user's words: not
+    urllib3's ("HTTPConnectionPool(...): Max retries exceeded ... Caused by ...")."""
+    cause = retry._cause(exc)
+    pool = getattr(exc, "pool", None) or getattr(cause, "conn", None) or getattr(cause, "pool", None)
+    where = f"{pool.host}:{pool.port}" if getattr(pool, "host", None) else "the endpoint"
+    errors = urllib3.exceptions
+    if isinstance(cause, errors.NameResolutionError):
+        return (f"cannot connect: the host name {getattr(pool, 'host', where)!r} does not resolve; "
+                "check the endpoint's host name (and this machine's DNS)")
+    socket_error = _socket_error(cause)
+    if isinstance(socket_error, ConnectionRefusedError):
+        return (f"cannot connect: connection refused by {where}; check the endpoint's host and "
+                "port, and that the server is running there")
+    if isinstance(cause, errors.NewConnectionError):
+        reason = socket_error.strerror if isinstance(socket_error, OSError) and socket_error.strerror \
+            else "no connection"
+        return (f"cannot connect to {where}: {reason}; check the endpoint and this machine's "
+                "network (a proxy or firewall in the way)")
+    if isinstance(cause, errors.ConnectTimeoutError):
+        return (f"cannot connect: {where} did not accept a connection in time; check the endpoint "
+                "and that a firewall or network lets this machine through")
+    if isinstance(cause, errors.ReadTimeoutError):
+        return f"{where} accepted the connection but did not answer in time; try again later"
+    if isinstance(cause, errors.SSLError):
+        return (f"the TLS handshake with {where} failed ({_first_line(socket_error or cause)}); "
+                "check the endpoint's scheme (https:// or http://) and port")
+    if isinstance(cause, errors.ProtocolError) or isinstance(socket_error, ConnectionError):
+        return (f"the connection was dropped ({_first_line(socket_error or cause)}); check that "
+                "the endpoint is a Tablestore endpoint, and try again")
+    return _first_line(socket_error or cause)
+
+
+def _socket_error(exc: BaseException) -> BaseException | None:
+    """The operating system's error under urllib3's wrappers, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and not isinstance(current, urllib3.exceptions.HTTPError):
+            return current
+        reason = getattr(current, "reason", None)  # ProtocolError / SSLError carry it in args
+        args = [a for a in getattr(current, "args", ()) if isinstance(a, BaseException)]
+        current = current.__cause__ or current.__context__ or (
+            reason if isinstance(reason, BaseException) else (args[0] if args else None))
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    line = (text.splitlines() or [type(exc).__name__])[0]
+    return re.sub(r" \(_ssl\.c:\d+\)", "", line)  # where in CPython's ssl module: nobody's business
 
 
 class ConditionFailed(TsmigrateError):

@@ -10,6 +10,10 @@ With nothing configured, the target is the embedded local instance: a local Tabl
 server started in this process over the data kept under ``.tsmigrate/local`` in the project, or,
 when a ``tsmigrate local serve`` already runs on that directory, that server (the data is opened
 by one process only; another command's embedded instance is waited for).
+
+An endpoint given (either way) that is the project's running ``tsmigrate local serve`` (what
+``export $(tsmigrate local endpoint)`` sets) is talked to with the key the embedded instance would
+use to join it: the built-in one when it serves with that, else the environment's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from tsmigrate.schema.config import Project
 LOCAL_DATA = Path(".tsmigrate") / "local"
 LOCAL_INSTANCE = "local"
 SERVICE_TABLE_OPS_PER_S = 10  # the service's documented limit per instance
+# Target.name of an endpoint given by --endpoint/--instance, or by the environment.
+COMMAND_LINE = "command line"
+ENVIRONMENT = "environment"
+ENV_VARIABLES = "TSMIGRATE_ENDPOINT/TSMIGRATE_INSTANCE"
 
 
 @attrs.frozen
@@ -58,6 +66,10 @@ class Target:
     def describe(self) -> str:
         if self.embedded:
             return f"embedded local instance '{self.instance}'"
+        if self.name == COMMAND_LINE:
+            return f"{self.endpoint} (instance '{self.instance}')"
+        if self.name == ENVIRONMENT:
+            return f"{self.endpoint} (instance '{self.instance}', from {ENV_VARIABLES})"
         return f"{self.name} ({self.endpoint}, instance '{self.instance}')"
 
 
@@ -85,7 +97,7 @@ def resolve_target(
     if endpoint or instance:
         if not (endpoint and instance):
             raise ConfigError("--endpoint and --instance go together; give both")
-        return Target(endpoint, instance, "command line")
+        return Target(endpoint, instance, COMMAND_LINE)
     if target:
         targets = project.settings.get("targets", {})
         if target not in targets:
@@ -111,18 +123,19 @@ def resolve_target(
     if env_endpoint or env_instance:
         if not (env_endpoint and env_instance):
             raise ConfigError("set both TSMIGRATE_ENDPOINT and TSMIGRATE_INSTANCE, or neither")
-        return Target(env_endpoint, env_instance, "environment")
+        return Target(env_endpoint, env_instance, ENVIRONMENT)
     return Target(None, LOCAL_INSTANCE, "local", None, project.root / LOCAL_DATA)
+
+
+_SET_CREDENTIALS = ("set ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET "
+                    "(and ALIBABA_CLOUD_SECURITY_TOKEN for STS) in the environment")
 
 
 def credentials(environ: Mapping[str, str] = os.environ) -> tuple[str, str, str | None]:
     key_id = environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
     secret = environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
     if not key_id or not secret:
-        raise ConfigError(
-            "no credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET "
-            "(and ALIBABA_CLOUD_SECURITY_TOKEN for STS) in the environment"
-        )
+        raise ConfigError(f"no credentials: {_SET_CREDENTIALS}")
     return key_id, secret, environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
 
 
@@ -163,9 +176,54 @@ def connect(project: Project, target: Target, **client_options: Any) -> Iterator
         except StorageFormatError as e:
             raise ConfigError(str(e)) from None
         return
-    key_id, secret, token = credentials()
-    client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token, **client_options)
+    holder = _project_server_at(project, target.endpoint or "")
+    if holder is not None:
+        client = _running_server_client(holder, target.instance, client_options)
+    else:
+        key_id, secret, token = _target_credentials(target)
+        client = OTSClient(target.endpoint, key_id, secret, target.instance, sts_token=token,
+                           **client_options)
     yield install(paced(client, target.table_ops_per_s))
+
+
+def _target_credentials(target: Target) -> tuple[str, str, str | None]:
+    """The environment's credentials; missing, the error names the target and where it came
+    from (an exported TSMIGRATE_ENDPOINT outlives the server it named)."""
+    try:
+        return credentials()
+    except ConfigError:
+        pass
+    if target.name != ENVIRONMENT:
+        raise ConfigError(f"no credentials for {target.describe()}: {_SET_CREDENTIALS}")
+    raise ConfigError(
+        f"no credentials for {target.describe()}: {_SET_CREDENTIALS}, or unset "
+        f"TSMIGRATE_ENDPOINT and TSMIGRATE_INSTANCE to use the embedded local instance (it joins "
+        f"the `tsmigrate local serve` running on the project's {LOCAL_DATA} by itself)"
+    )
+
+
+def _project_server_at(project: Project, endpoint: str) -> Any:
+    """The project's running `tsmigrate local serve` (its `ownership.Holder`) when it serves at
+    ``endpoint``, else None."""
+    from tsmigrate.local.ownership import project_server
+
+    holder = project_server(project.root)
+    if holder is None or _endpoint_key(holder.endpoint) != _endpoint_key(endpoint):
+        return None
+    return holder
+
+
+def _endpoint_key(endpoint: str) -> tuple[str, str, int | None]:
+    """An endpoint as compared: scheme, host (localhost as 127.0.0.1) and port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(endpoint.strip())
+        port = parts.port
+    except ValueError:
+        return ("", endpoint, None)
+    host = (parts.hostname or "").lower()
+    return (parts.scheme.lower(), "127.0.0.1" if host == "localhost" else host, port)
 
 
 class LocalDataUnwritable(TsmigrateError):

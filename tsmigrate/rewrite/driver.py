@@ -62,7 +62,15 @@ def quiet(event: str, data: dict[str, Any]) -> None:
 
 
 def spec_of(client: Any, local_defaults: bool) -> ConnectionSpec:
-    """How split workers reach the instance ``client`` talks to."""
+    """How split workers reach the instance ``client`` talks to: with the local server's
+    built-in key when ``local_defaults`` or when ``client`` signs with it (a command pointed at
+    the project's `local serve` by its endpoint), else with their environment's."""
+    if not local_defaults:
+        from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+
+        signed = client.credentials_provider.get_credentials()
+        local_defaults = (signed.get_access_key_id(), signed.get_access_key_secret()) == (
+            DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET)
     return ConnectionSpec(client.host, client.protocol.instance_name, local_defaults=local_defaults)
 
 
