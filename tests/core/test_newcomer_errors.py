@@ -120,3 +120,39 @@ def test_no_credentials_names_the_endpoint(tmp_path: Path, refused_endpoint: str
     assert done.returncode == 1
     assert f"no credentials for {refused_endpoint} (instance 'x'): set ALIBABA_CLOUD_ACCESS_KEY_ID" \
         in done.stderr
+
+
+# --- item 3: misspelt model options and keywords -------------------------------------------------
+
+
+MISTAKES = {
+    "max_version": (", max_version=2", "",
+                    ["unknown model option 'max_version' [model.option]",
+                     "fix: did you mean 'max_versions'?"]),
+    "tll": (', tll="30d"', "", ["unknown model option 'tll'", "fix: did you mean 'ttl'?"]),
+    "defind": ("", "    payload = Column(str, defind=True)\n",
+               ["app_models.Event (table 'events'), payload: Column() has no keyword 'defind' "
+                "(", "app_models.py:6) [model.keyword]",
+                "fix: did you mean 'defined'? known: type, defined, name, scale"]),
+    "includ": ("", "    payload = Column(str, defined=True)\n"
+                   "    by_payload = GlobalIndex(keys=['payload'], includ=['x'])\n",
+               ["by_payload: GlobalIndex() has no keyword 'includ'", "did you mean 'include'?"]),
+    "sortable": ("", "    s = SearchIndex([SearchField('id', 'keyword', sortable=True)])\n",
+                 ["search index s: SearchField() has no keyword 'sortable'",
+                  "did you mean 'sort'?"]),
+    "ttl": (', ttl="30days"', "",
+            ["ttl: '30days' is not a duration",
+             "fix: did you mean ttl='30d'? write ttl= as a number with a unit ('30d', '12h', "
+             "'30m', '45s', '2w') or a whole number of seconds (2592000), or None for no expiry"]),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_misspelt_model_option_says_what_was_meant(tmp_path: Path, mistake: str) -> None:
+    options, fields, expected = MISTAKES[mistake]
+    done = _run(_project(tmp_path, options, fields), "plan")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 schema problem" in done.stderr, done.stderr
+    for text in expected:
+        assert text in done.stderr, (text, done.stderr)
+    assert "cannot import" not in done.stderr and "TypeError" not in done.stderr

@@ -7,23 +7,26 @@
         by_device = GlobalIndex(keys=["device_id"])
 
 Primary-key order is declaration order. Declaration mistakes (a float primary key, an unknown
-option) do not raise at class creation: they are recorded and reported, with every other
+option or keyword) do not raise at class creation: they are recorded and reported, with every other
 problem of every model, when the models are compiled (``compile_models``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
-from collections.abc import Container, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from contextlib import suppress
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, TypeVar, cast, get_args
 
 import attrs
 
 from tsmigrate import schema
-from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError
+from tsmigrate.errors import KeyDerivationError, ModelError, Problem, SchemaError, did_you_mean
 from tsmigrate.keys import Derivation
 from tsmigrate.schema.families import Monthly, epoch_ms
 from tsmigrate.schema.validate import validate_catalog
@@ -71,6 +74,30 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 FOREVER = ("forever", "never", "none", "-1")
 
 
+_UNIT_WORDS = {"sec": "s", "second": "s", "min": "m", "minute": "m", "hr": "h", "hour": "h",
+               "day": "d", "week": "w"}
+_WORDY_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
+
+
+def duration_fix(option: str, value: Any, unit: int = 1) -> str:
+    """The fix line of a duration option that did not parse: the accepted forms, and the
+    likely meaning of a spelt-out unit ('30days' -> '30d')."""
+    forms = ("'1h', '24h', '7d' (whole hours), or True for 24 h" if unit == 3600 else
+             "a number with a unit ('30d', '12h', '30m', '45s', '2w') or a whole number of "
+             "seconds (2592000)")
+    if option == "ttl":
+        forms += ", or None for no expiry"
+    match = _WORDY_DURATION.match(value) if isinstance(value, str) else None
+    short = _UNIT_WORDS.get(match.group(2).lower()) if match else None
+    guess = ""
+    if match and short:
+        meant = f"{match.group(1)}{short}"
+        with suppress(ValueError):
+            parse_duration(meant, unit)  # a guess the option would take
+            guess = f"did you mean {option}={meant!r}? "
+    return f"{guess}write {option}= as {forms}"
+
+
 def parse_duration(value: Any, unit: int = 1) -> int:
     """'90d', '12h', 3600 or None/'forever' -> seconds (or ``unit`` seconds); -1 means forever."""
     if value is None or value == -1 or (isinstance(value, str) and value.lower() in FOREVER):
@@ -90,6 +117,42 @@ def parse_duration(value: Any, unit: int = 1) -> int:
 
 # --- field declarations --------------------------------------------------------------------------
 
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def _keywords_checked_later(init: _Init) -> _Init:
+    """A declaration's ``__init__`` that keeps an unknown keyword (``Column(str, defind=True)``)
+    with the line it was written on, for ``Model.compile`` to report with the model and field
+    and the closest keyword, like every other declaration mistake, instead of a TypeError that
+    stops the import at its first mistake. Type checkers see ``init``'s own signature."""
+    parameters = inspect.signature(init).parameters.values()
+    known = tuple(p.name for p in parameters if p.name != "self" and p.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [key for key in kwargs if key not in known]
+        if unknown:
+            caller = sys._getframe(1)
+            where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+            self._unknown_keywords = tuple((key, where) for key in unknown)
+            kwargs = {key: value for key, value in kwargs.items() if key in known}
+        init(self, *args, **kwargs)
+
+    checked.__tsmigrate_keywords__ = known  # type: ignore[attr-defined]
+    return cast(_Init, checked)
+
+
+def keyword_problems(declaration: Any) -> list[tuple[str, str, str]]:
+    """(rule, message, fix) for each unknown keyword a declaration was given."""
+    kind = type(declaration)
+    known = getattr(kind.__init__, "__tsmigrate_keywords__", ())
+    return [
+        ("model.keyword", f"{kind.__name__}() has no keyword {key!r} ({where})",
+         f"{did_you_mean(key, known)}")
+        for key, where in getattr(declaration, "_unknown_keywords", ())
+    ]
+
 
 class _Declaration:
     """Base of everything declared in a model's class body."""
@@ -105,6 +168,7 @@ class _Declaration:
 
 
 class PrimaryKey(_Declaration):
+    @_keywords_checked_later
     def __init__(
         self,
         type: Any,
@@ -135,6 +199,7 @@ class Column(_Declaration):
     is money stored as an INTEGER of minor units (cents), never as a DOUBLE.
     """
 
+    @_keywords_checked_later
     def __init__(
         self, type: Any, *, defined: bool = False, name: str | None = None, scale: int | None = None
     ):
@@ -152,6 +217,7 @@ class Column(_Declaration):
 class _SecondaryIndex(_Declaration):
     index_type: ClassVar[str]
 
+    @_keywords_checked_later
     def __init__(
         self,
         keys: Sequence[str],
@@ -190,6 +256,7 @@ class LocalIndex(_SecondaryIndex):
 class SearchField:
     """A field of a search index: ``SearchField("battery", "long", sort=True)``."""
 
+    @_keywords_checked_later
     def __init__(
         self,
         column: str,
@@ -235,6 +302,7 @@ def _sorter(spec: str) -> schema.IndexSorter:
 
 
 class SearchIndex(_Declaration):
+    @_keywords_checked_later
     def __init__(
         self,
         fields: Sequence[SearchField],
@@ -262,6 +330,7 @@ class SearchIndex(_Declaration):
         except (ValueError, TypeError) as exc:
             problems.append(("model.ttl", str(exc), "use ttl='table' (the default), None or '30d'"))
             ttl = table_ttl
+        problems.extend(keyword_problems(self))
         for field in self.fields:
             if not isinstance(field, SearchField):
                 problems.append((
@@ -269,6 +338,8 @@ class SearchIndex(_Declaration):
                     f"search index fields must be SearchField values, got {field!r}",
                     f"write SearchField({field!r}, 'keyword') (or the type the column needs)",
                 ))
+            else:
+                problems.extend(keyword_problems(field))
         return schema.SearchIndex(
             name=self.index_name or self.name,
             fields=[f.ir for f in self.fields if isinstance(f, SearchField)],
@@ -281,6 +352,7 @@ class SearchIndex(_Declaration):
 class AccessPattern(_Declaration):
     """A query the service relies on; lint checks the key order or an index can serve it."""
 
+    @_keywords_checked_later
     def __init__(
         self,
         eq: Sequence[str] = (),
@@ -414,7 +486,7 @@ class Model:
         cls.__tsmigrate_options__ = {**inherited, **options}
         cls.__tsmigrate_problems__ = [
             cls._problem("model", "model.option", f"unknown model option {key!r}",
-                         f"use one of {', '.join(sorted(_OPTIONS))}")
+                         did_you_mean(key, sorted(_OPTIONS)))
             for key in unknown
         ]
         cls.__tsmigrate_table__ = None
@@ -474,7 +546,8 @@ class Model:
             try:
                 return parse_duration(opts.get(key, default), unit)
             except (ValueError, TypeError) as exc:
-                problems.append(cls._problem(key, f"model.{key}", str(exc)))
+                problems.append(cls._problem(key, f"model.{key}", str(exc),
+                                             duration_fix(key, opts.get(key), unit)))
                 return -1 if default is None else parse_duration(default, unit)
 
         ttl = duration("ttl", None)
@@ -498,6 +571,9 @@ class Model:
             ))
 
         for declaration in cls.declarations():
+            if not isinstance(declaration, SearchIndex):  # its compile() reports its own
+                problems.extend(cls._problem(declaration.name, *problem)
+                                for problem in keyword_problems(declaration))
             if declaration.name in RESERVED_NAMES:
                 problems.append(cls._problem(
                     declaration.name, "model.reserved-name",
