@@ -19,8 +19,10 @@ import clirun
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def refused_serve(cwd: Path | str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """`tsmigrate local serve ARGS` in ``cwd``, stopped after ``timeout_s`` if it started serving."""
+def refused_serve(cwd: Path | str, *args: str, timeout_s: float = 60.0,
+                  extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`tsmigrate local serve ARGS` in ``cwd`` (``extra_env``: its environment's TSMIGRATE_
+    variables), stopped after ``timeout_s`` if it started serving."""
     saved = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     finished = threading.Event()
 
@@ -35,7 +37,7 @@ def refused_serve(cwd: Path | str, *args: str, timeout_s: float = 60.0) -> subpr
     watchdog = threading.Thread(target=stop_a_started_server, daemon=True)
     watchdog.start()
     try:
-        return clirun.run(cwd, "local", "serve", *args)
+        return clirun.run(cwd, "local", "serve", *args, extra_env=extra_env)
     finally:
         finished.set()
         watchdog.join()

@@ -115,6 +115,23 @@ def test_serve_with_an_empty_secret_is_refused_on_any_bind(host: str, tmp_path: 
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+def test_an_empty_secret_variable_is_refused_not_taken_for_unset(tmp_path: Path) -> None:
+    # Issue 38 item 5: click takes an empty $TSMIGRATE_LOCAL_SECRET for an unset one, and served
+    # the built-in secret; whoever set it meant to give one.
+    empty = {"TSMIGRATE_LOCAL_SECRET": ""}
+    result = refused_serve(tmp_path, "--memory", "--port", "0", extra_env=empty)
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: Invalid value for --access-key-secret: $TSMIGRATE_LOCAL_SECRET is set "
+                      "but empty: set it to the secret to serve with, or unset it to serve with the "
+                      "built-in one (loopback only)"]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    # The option, given, is the secret: the variable does not matter then (served, then stopped).
+    served = refused_serve(tmp_path, "--memory", "--port", "0", "--access-key-secret", "mine",
+                           timeout_s=0.2, extra_env=empty)
+    assert served.returncode == 0 and served.stdout.startswith("http://127.0.0.1:"), served.stderr
+
+
 def test_an_empty_secret_is_refused_by_the_library_too() -> None:
     with pytest.raises(EmptySecret):
         LocalServer(Credentials({"ak": "good", DEFAULT_ACCESS_KEY_ID: ""}))

@@ -14,6 +14,8 @@ import click
 from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.local.faults import HELP as FAULT_HELP
 
+SECRET_VARIABLE = "TSMIGRATE_LOCAL_SECRET"
+
 
 @click.group()
 def local() -> None:
@@ -43,7 +45,7 @@ def local() -> None:
 @click.option(
     "--access-key-secret",
     default=DEFAULT_ACCESS_KEY_SECRET,
-    envvar="TSMIGRATE_LOCAL_SECRET",
+    envvar=SECRET_VARIABLE,
     help="Secret of the access key (or $TSMIGRATE_LOCAL_SECRET); default: the built-in one.",
 )
 @click.option("--sts-token", help="Also accept this STS token with the access key.")
@@ -99,6 +101,7 @@ def serve(
 
     if data_dir and memory:
         raise click.UsageError("--data and --memory are mutually exclusive")
+    _refuse_empty_secret_variable()
     try:
         faults = FaultPlan.parse(fault_spec) if fault_spec else None
     except ValueError as e:
@@ -148,6 +151,21 @@ def serve(
         pass
     server.close()
     click.echo("stopped", err=True)
+
+
+def _refuse_empty_secret_variable() -> None:
+    """$TSMIGRATE_LOCAL_SECRET set but empty: click takes an empty variable for an unset one and
+    would serve the built-in secret; whoever set it meant to give one (an unset variable
+    expanded, mostly), so it is refused like an empty --access-key-secret."""
+    import os
+
+    source = click.get_current_context().get_parameter_source("access_key_secret")
+    if os.environ.get(SECRET_VARIABLE) == "" and source is click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            f"${SECRET_VARIABLE} is set but empty: set it to the secret to serve with, or unset "
+            "it to serve with the built-in one (loopback only)",
+            param_hint="--access-key-secret",
+        )
 
 
 @local.command(short_help="Print the endpoint and instance of the project's running local server.")
