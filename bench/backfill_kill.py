@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import backfill_rows as br  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import INSTANCE, start_server, use_bench_credentials  # noqa: E402
 
 from tsmigrate.instance.state import State  # noqa: E402
 from tsmigrate.rewrite import backfill, checkpoints  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--kill-at", type=float, default=0.4)
     args = parser.parse_args()
-    os.environ.update(ALIBABA_CLOUD_ACCESS_KEY_ID=AK_ID, ALIBABA_CLOUD_ACCESS_KEY_SECRET=AK_SECRET)
+    use_bench_credentials()  # the child and its workers connect with the environment's keys
     server, endpoint = start_server("--memory")
     try:
         spec = ConnectionSpec(endpoint, INSTANCE)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import signal
 import subprocess
@@ -35,7 +34,7 @@ from pathlib import Path
 
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
-from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import INSTANCE, start_server, use_bench_credentials  # noqa: E402
 
 from tsmigrate import Column, Model, PrimaryKey  # noqa: E402
 from tsmigrate.instance.apply import ApplyOptions, apply  # noqa: E402
@@ -117,9 +116,9 @@ def main() -> None:
                         help="add a held, a paused and a raw-SDK writer process (see above)")
     parser.add_argument("--hold-s", type=float, default=3.0, help="--faults: how long the put is held")
     args = parser.parse_args()
-    # The split workers of the rewrite connect with the credentials of the environment.
-    os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
-    os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"] = AK_SECRET
+    # The split workers of the rewrite and the writer processes connect with the credentials
+    # of the environment: the bench server's only.
+    use_bench_credentials()
     proc, endpoint = start_server("--memory")
     try:
         spec = ConnectionSpec(endpoint, INSTANCE)

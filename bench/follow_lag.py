@@ -124,8 +124,8 @@ def main() -> None:
 
     server, endpoint = start_server("--memory", "--latency-ms", str(args.latency_ms),
                                     "--stream-shards", str(args.shards))
-    # The rewrite's split workers connect as the environment says: the bench server's own keys.
-    os.environ.update({"ALIBABA_CLOUD_ACCESS_KEY_ID": AK_ID, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": AK_SECRET})
+    # The rewrite's split workers and the follower connect as the environment says: the bench
+    # server's own keys (start_server put them there, and dropped the caller's).
     follower = None
     try:
         client = ts.OTSClient(endpoint, AK_ID, AK_SECRET, INSTANCE)

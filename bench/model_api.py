@@ -87,8 +87,9 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
     from tsmigrate.rewrite.planned import RewriteSettings
     from tsmigrate.schema.model import compile_models
 
-    os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_ID", AK_ID)
-    os.environ.setdefault("ALIBABA_CLOUD_ACCESS_KEY_SECRET", AK_SECRET)
+    # The rewrite's split workers connect with the environment's keys: the bench server's
+    # (start_server put them there, whatever the caller's environment had).
+    assert os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] == AK_ID
     spec = ConnectionSpec(endpoint, INSTANCE)
     apply(client, compile_models([BenchRowV2]),
           ApplyOptions(rewrite=RewriteSettings(options=driver.RunOptions(workers=2), spec=spec)),

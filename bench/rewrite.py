@@ -74,7 +74,7 @@ from urllib.parse import urlparse
 logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import tablestore as ts  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, SAFE_PATH, cpu_s_of, start_server  # noqa: E402
+from serve import INSTANCE, SAFE_PATH, cpu_s_of, start_server, use_bench_credentials  # noqa: E402
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
@@ -514,8 +514,8 @@ def main() -> None:
                         help="also measure the apply line with this interpreter's install of "
                              "tsmigrate (e.g. the venv of an earlier commit), taking turns")
     args = parser.parse_args()
-    os.environ["ALIBABA_CLOUD_ACCESS_KEY_ID"] = AK_ID
-    os.environ["ALIBABA_CLOUD_ACCESS_KEY_SECRET"] = AK_SECRET
+    # Before the fork server starts: the workers it forks keep the environment it started with.
+    use_bench_credentials()
     pycache = tempfile.TemporaryDirectory(prefix="bench-rewrite-pycache-")  # removed at exit
     os.environ.update(SAFE_PATH)  # each interpreter compiles and runs its own install
     pythons = {"this": sys.executable}

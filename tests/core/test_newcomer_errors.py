@@ -156,3 +156,22 @@ def test_a_misspelt_model_option_says_what_was_meant(tmp_path: Path, mistake: st
     for text in expected:
         assert text in done.stderr, (text, done.stderr)
     assert "cannot import" not in done.stderr and "TypeError" not in done.stderr
+
+
+# --- item 6: a bench talks to its own server, whatever keys the environment holds -----------------
+
+
+@pytest.mark.slow  # a bench process with its server process and a rewrite's workers: about 4 s
+def test_a_bench_uses_its_own_servers_keys_not_the_environments() -> None:
+    import os
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "model_api.py"
+    others = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "wrong", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "wrong",
+              "ALIBABA_CLOUD_SECURITY_TOKEN": "wrong", "TSMIGRATE_ENDPOINT": "http://127.0.0.1:9",
+              "TSMIGRATE_INSTANCE": "elsewhere"}
+    done = subprocess.run([sys.executable, str(bench), "--rows", "10", "--rounds", "1"],
+                          env={**os.environ, **others}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "routing_batch=" in done.stdout and "Traceback" not in done.stderr
