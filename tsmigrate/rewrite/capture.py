@@ -916,16 +916,22 @@ class Capture:
             if changes:
                 updates.append((list(row.key), changes))
         refused: list[Key] = []
+        writes: list[Callable[[], Any]] = []  # each on other keys: sent together
         if gone:
             # Guarded by the row as read: a row another shard's worker moved into that key
             # meanwhile (its owner changed) refuses the delete, and the key is merged again.
             declared = sorted({c.name for c in (*table.defined_columns, *table.attributes)})
-            refused = [_key(key) for key in self.writer.write_whole_rows(
-                self.client, table.name, [], [(list(r.key), self._guard(r, declared)) for r in gone])]
+            guarded = [(list(r.key), self._guard(r, declared)) for r in gone]
+            writes.append(lambda: refused.extend(
+                _key(key) for key in self.writer.write_whole_rows(self.client, table.name, [], guarded)))
         if bare:
-            self.writer.write_rows(self.client, table.name, bare)
+            writes.append(lambda: self.writer.write_rows(self.client, table.name, bare))
         if updates:
-            self.writer.update_rows(self.client, table.name, updates)
+            writes.append(lambda: self.writer.update_rows(self.client, table.name, updates))
+        if len(writes) == 1:
+            writes[0]()
+        elif writes:
+            list(_io_pool().map(lambda write: write(), writes))
         return refused
 
     def _write_whole(self, rows: Iterable[_TargetRow], table: Any) -> list[Key]:

@@ -103,6 +103,8 @@ def make_capture(client: Any, rewrite: machine.Rewrite,
         writer=writer,
         touched=rewrite.doc.get("touched_splits"),
     )
+    # Splits whose copy is done, read once: workers then ask only about the others
+    capture.finished_splits.update(c.index for c in checkpoints.list_splits(client, job.id) if c.done)
     return shards.attach(capture, rewrite, "tsmigrate.rewrite.driver:make_capture", job.id, runner)
 
 

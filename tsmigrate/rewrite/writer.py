@@ -49,6 +49,7 @@ from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
 MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
+UPDATE_IN_FLIGHT = 8  # capture's UpdateRow requests sent at once (a row's rounds still in order)
 # A row write's column condition holds at most 10 nodes: an AND and 9 comparisons.
 GUARD_COLUMNS = 9
 _IS_OK = operator.attrgetter("is_ok")
@@ -371,9 +372,34 @@ def update_rows(client: OTSClient, table: str,
     request): each row's rounds (see ``update_rounds``) in order, a round in a later request than
     the one before it, so a request never holds one row twice; requests are filled in that order
     (``update_requests``), the first rounds first; for change capture."""
+    bodies = [update_bodies(key, cells) for key, cells in rows]
     batch = BatchWriter(client, table)
-    for request in update_requests([update_bodies(key, cells) for key, cells in rows]):
-        batch.update(request)
+    requests = list(update_requests(bodies))
+    if len(requests) <= 1 or UPDATE_IN_FLIGHT <= 1:
+        for request in requests:
+            batch.update(request)
+        return
+    # Sent together, but a request waits for the one that holds the round before each of its
+    # rows' (dependencies come earlier, and the pool takes tasks in order: no deadlock).
+    row_of = {id(body): row for row, rounds in enumerate(bodies) for body in rounds}
+    latest: dict[int, Future] = {}
+    with ThreadPoolExecutor(min(UPDATE_IN_FLIGHT, len(requests)),
+                            thread_name_prefix="capture-write") as pool:
+        sent = []
+        for request in requests:
+            rows_in = [row_of[id(body)] for body in request]
+            before = {latest[row] for row in rows_in if row in latest}
+            future = pool.submit(_after, before, batch.update, request)
+            latest.update(dict.fromkeys(rows_in, future))
+            sent.append(future)
+        for future in sent:
+            future.result()
+
+
+def _after(before: set[Future], write: Callable[[Any], None], request: Any) -> None:
+    for future in before:
+        future.result()  # its failure is this request's too: a later round never goes first
+    write(request)
 
 
 def update_requests(rows: Sequence[Sequence[bytes]]) -> Iterator[list[bytes]]:
