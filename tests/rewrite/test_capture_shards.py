@@ -121,7 +121,7 @@ def test_shards_applied_on_a_dask_cluster(ots_instance, ots_server_options):
     client = _ready(ots_instance, ots_server_options)
     _rounds(client, 4)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:  # any free port
         runner = shards.runner(dask=cluster.scheduler_address, spec=_spec(ots_instance))
         try:
             assert runner.workers == 4
