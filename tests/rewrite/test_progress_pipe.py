@@ -66,6 +66,52 @@ def test_apply_in_a_pipe_prints_progress_lines(tmp_path, ots_instance):
     assert "\x1b[" not in applied.stderr  # plain lines, no bar
 
 
+# Any backfill line: the count ("N of about T rows", "N of more than T rows", "N rows, more to
+# come ...", "N rows"), the ETA and the splits.
+BACKFILL = re.compile(r"rewrite backfill: ([\d,]+)(?: of (about|more than) ([\d,]+))? rows.*? ETA (\S+), "
+                      r".*\(splits (\d+) done, \d+ running, (\d+) in all\)")
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@pytest.mark.slow
+def test_a_low_size_estimate_never_reads_as_done_in_a_pipe(tmp_path, ots_instance, monkeypatch):
+    """Issue #38 (4): the split points' estimate counts the stored newest versions, the copy its
+    own bytes of every version (1.4 times as many here, more when the estimate is low), and a
+    deploy log read "20,500 of about 20,500" with "ETA 0:00:00" and a quarter of the copy left.
+    With the estimate a third of what it was, no line with a split left may read as done (a
+    total not above the rows copied, or ETA 0:00:00), and the total grows with the ranges done
+    to the rows there are."""
+    import attrs
+
+    from tsmigrate.rewrite import splits
+
+    compute = splits.compute
+
+    def low(*args, **kwargs):
+        return [attrs.evolve(s, estimated_bytes=s.estimated_bytes // 3) for s in compute(*args, **kwargs)]
+
+    monkeypatch.setattr(splits, "compute", low)
+    project = _project(tmp_path, ots_instance, 1500)
+    applied = _run(project, ots_instance, "apply", "--yes", "--workers", "2", "--max-rows-per-s", "600",
+                   TSMIGRATE_PROGRESS_EVERY_S="0.1")
+    assert applied.returncode == 0, applied.stderr
+    found = [m for m in map(BACKFILL.search, applied.stderr.splitlines()) if m]
+    assert any(int(m[5]) < int(m[6]) for m in found), applied.stderr  # lines with ranges left
+    totals = []
+    for m in found:
+        rows, kind, total, eta, done, in_all = m[1], m[2], m[3], m[4], int(m[5]), int(m[6])
+        if done == in_all:
+            continue
+        assert eta != "0:00:00", m[0]
+        if kind == "about":
+            assert _number(total) > _number(rows), m[0]
+            totals.append((done, _number(total)))
+    assert any(done and total >= 1500 * 0.8 for done, total in totals), applied.stderr
+
+
 @pytest.mark.slow
 def test_status_estimates_from_all_ranges_and_shows_no_rate_when_nobody_runs(tmp_path, ots_instance):
     project = _project(tmp_path, ots_instance, 120)
@@ -114,7 +160,8 @@ def test_status_after_resume_and_abort_says_no_error_and_no_rows(tmp_path, ots_i
 
 def _progress(rows: int, eta_s: float | None) -> BackfillProgress:
     return BackfillProgress(rows=rows, bytes=rows * 100, rows_per_s=100.0, eta_s=eta_s,
-                            estimated_bytes=100_000, splits=(), total_splits=4)
+                            estimated_bytes=100_000, splits=(), total_splits=4,
+                            estimated_rows=None if eta_s is None else round(rows + eta_s * 100))
 
 
 def test_the_terminal_bar_shows_the_eta():
@@ -156,6 +203,29 @@ def test_the_estimate_counts_every_range():
     assert _estimate_rows(kept, [], 0) is None  # nothing copied yet: unknown
     # Before any range finished: the rows per byte copied.
     assert _estimate_rows(kept, [SplitCheckpoint(0, RUNNING, rows=10, bytes=100)], 100) == 400
+
+
+def test_a_range_past_its_estimate_makes_the_total_a_floor_and_the_eta_unknown():
+    """The copy's bytes per estimated byte come from the finished ranges; a range not done that
+    copied its whole (scaled) estimate leaves the rest unknown: "of more than", "ETA unknown"."""
+    from tsmigrate.instance.pipeprogress import PipeProgress
+    from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
+    from tsmigrate.rewrite.executors import expected_bytes
+    from tsmigrate.rewrite.splits import Split
+
+    kept = [Split(i, [("k", i)], [("k", i + 1)], 1000) for i in range(4)]
+    # Range 0 done at 1.5 copied bytes per estimated byte: the others count 1,500 each.
+    done = SplitCheckpoint(0, DONE, rows=100, bytes=1500)
+    assert expected_bytes(kept, [done, SplitCheckpoint(1, RUNNING, rows=10, bytes=150)]) == (6000, False)
+    # Range 1 copied more than 1,500 and is not done: a floor.
+    assert expected_bytes(kept, [done, SplitCheckpoint(1, RUNNING, rows=200, bytes=3000)]) == (7500, True)
+
+    pipe = PipeProgress(Console(file=StringIO()), "rewrite")
+    pipe.update("backfill", 300, 500, 100.0, None, floor=True)
+    assert "300 of more than 500 rows, 100 rows/s, ETA unknown," in pipe.line(), pipe.line()
+    pipe.update("backfill", 300, 300, 100.0, None, floor=True)
+    assert "300 rows, more to come" in pipe.line() and "of about" not in pipe.line(), pipe.line()
+    pipe.stop()
 
 
 def _wait_for_lines(out: StringIO, pattern: str, count: int, deadline_s: float = 5.0) -> list[str]:

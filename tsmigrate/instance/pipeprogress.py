@@ -1,6 +1,7 @@
 """Progress for logs: when output is not a terminal (a deploy job's pipe), long work prints a
 plain line at least every ``TSMIGRATE_PROGRESS_EVERY_S`` seconds (default 10): the phase, rows
-done of the total, rows/s and the ETA. A thread prints the latest state, so a step that reports
+done of the total (``of about N``; ``of more than N`` when the total is only a floor), rows/s and
+the ETA (``ETA unknown`` when there is none to give). A thread prints the latest state, so a step that reports
 rarely (verification, a finish) is still heard."""
 
 from __future__ import annotations
@@ -50,15 +51,18 @@ class PipeProgress:
         self._rate: float | None = None
         self._eta: float | None = None
         self._detail = ""
+        self._floor = False
         self._first: float | None = None
 
     def update(self, phase: str, done: int | None = None, total: int | None = None,
-               rate: float | None = None, eta_s: float | None = None, detail: str = "") -> None:
+               rate: float | None = None, eta_s: float | None = None, detail: str = "",
+               floor: bool = False) -> None:
+        """The latest state; ``floor``: ``total`` is only a floor, more is to come."""
         with self._lock:
             if phase != self._phase:
                 self._phase, self._since = phase, time.monotonic()
             self._done, self._total, self._rate, self._eta = done, total, rate, eta_s
-            self._detail = detail
+            self._detail, self._floor = detail, floor
             if self._thread is None:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="pipe-progress", daemon=True)
@@ -81,14 +85,23 @@ class PipeProgress:
         with self._lock:
             parts = [f"{self.what} {self._phase}:"]
             if self._done is not None:
-                of = f" of about {self._total:,}" if self._total is not None else ""
-                parts.append(f"{self._done:,}{of} rows,")
+                parts.append(self._count() + ",")
                 parts.append(f"{self._rate:,.0f} rows/s," if self._rate is not None else "- rows/s,")
-                parts.append(f"ETA {clock(self._eta)},")
+                parts.append(f"ETA {'unknown' if self._eta is None else clock(self._eta)},")
             parts.append(f"{clock(time.monotonic() - self._since)} in this phase")
             if self._detail:
                 parts.append(f"({self._detail})")
             return " ".join(parts)
+
+    def _count(self) -> str:
+        done, total = self._done or 0, self._total
+        if total is None:
+            return f"{done:,} rows"
+        if not self._floor:
+            return f"{done:,} of about {total:,} rows"
+        if total > done:
+            return f"{done:,} of more than {total:,} rows"
+        return f"{done:,} rows, more to come (past the size estimate)"
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):

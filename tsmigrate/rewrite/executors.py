@@ -149,14 +149,48 @@ class BackfillProgress:
     rows: int
     bytes: int
     rows_per_s: float
-    eta_s: float | None  # from bytes copied vs the split points' estimate
-    estimated_bytes: int
+    # The seconds left at this run's bytes a second, of ``estimated_bytes``; None when unknown
+    # (nothing copied yet, or ``past_estimate``), at least a second while a range is unfinished.
+    eta_s: float | None
+    estimated_bytes: int  # what the copy should reach, in its own bytes (see ``expected_bytes``)
     splits: tuple[SplitCheckpoint, ...]
     total_splits: int
+    # The rows the copy should reach (the rows copied per byte copied, at ``estimated_bytes``);
+    # None before any row. With ``past_estimate``, a floor: more rows are to come.
+    estimated_rows: int | None = None
+    # An unfinished range already copied its estimate: what it still holds is unknown.
+    past_estimate: bool = False
 
     @property
     def done_splits(self) -> int:
         return sum(1 for s in self.splits if s.done)
+
+
+def expected_bytes(splits: Sequence[Split], states: Sequence[SplitCheckpoint]) -> tuple[int, bool]:
+    """The bytes the copy should reach, in the copy's own bytes, and whether that is only a
+    floor. A range's size estimate (its split points') counts the stored newest versions; the
+    copy counts the target rows it writes, every version: on the local server about 1.4 times as
+    many for a table keeping two versions of a cell. So the finished ranges give the copy's
+    bytes per estimated byte, and every unfinished range counts its estimate at that scale (the
+    estimate as it is before any range finished), or what it copied when that is more. A range
+    that copied its whole scaled estimate and is not done leaves the rest unknown: a floor."""
+    by_index = {s.index: s for s in states}
+    finished = [s for s in splits if s.index in by_index and by_index[s.index].done]
+    finished_estimate = sum(s.estimated_bytes for s in finished)
+    finished_copied = sum(by_index[s.index].bytes for s in finished)
+    scale = finished_copied / finished_estimate if finished_copied and finished_estimate else 1.0
+    total, floor = 0, False
+    for split in splits:
+        state = by_index.get(split.index)
+        copied = state.bytes if state is not None else 0
+        if state is not None and state.done:
+            total += copied
+            continue
+        guess = round(split.estimated_bytes * scale)
+        if copied >= guess:
+            floor = True
+        total += max(guess, copied)
+    return total, floor
 
 
 @attrs.frozen
@@ -176,18 +210,27 @@ class BackfillResult:
 
 
 def _progress(
-    client: Any, job: RewriteJob, splits: Sequence[Split], started: float, rows_before: int
+    client: Any, job: RewriteJob, splits: Sequence[Split], started: float, rows_before: int,
+    bytes_before: int = 0,
 ) -> BackfillProgress:
     states = checkpoints.list_splits(client, job.id)
     rows = sum(s.rows for s in states)
     copied = sum(s.bytes for s in states)
-    estimate = max(sum(s.estimated_bytes for s in splits), copied)
+    estimate, past = expected_bytes(splits, states)
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = (rows - rows_before) / elapsed
-    byte_rate = copied / elapsed if copied else 0.0
-    eta = (estimate - copied) / byte_rate if byte_rate > 0 else None
+    byte_rate = (copied - bytes_before) / elapsed  # this run's: earlier runs' bytes took no time here
+    left = estimate - copied
+    unfinished = len(splits) - sum(1 for s in states if s.done)
+    eta = None
+    if not past and byte_rate > 0:
+        eta = left / byte_rate if left > 0 else 0.0
+        if unfinished:  # a range is still being copied: never "0:00:00"
+            eta = max(eta, 1.0)
+    rows_total = max(rows, round(rows * estimate / copied)) if copied else None
     return BackfillProgress(rows=rows, bytes=copied, rows_per_s=rate, eta_s=eta, estimated_bytes=estimate,
-                            splits=tuple(states), total_splits=len(splits))
+                            splits=tuple(states), total_splits=len(splits), estimated_rows=rows_total,
+                            past_estimate=past)
 
 
 def run_backfill(
@@ -213,6 +256,7 @@ def run_backfill(
     started = time.monotonic()
     known = {s.index: s for s in checkpoints.list_splits(client, job.id)}
     rows_before = sum(s.rows for s in known.values())
+    bytes_before = sum(s.bytes for s in known.values())
     todo = [s for s in splits if not (s.index in known and known[s.index].done)]
     rate = job.max_rows_per_s
     task_job = attrs.evolve(job, max_rows_per_s=rate / executor.concurrency) if rate else job
@@ -238,7 +282,7 @@ def run_backfill(
                     handles = {executor.submit(task, spec, task_job, s): s for s in unfinished}
                     break
             if progress is not None:
-                progress(_progress(client, job, splits, started, rows_before))
+                progress(_progress(client, job, splits, started, rows_before, bytes_before))
     except BaseException:
         checkpoints.request_stop(client, job.id)
         raise

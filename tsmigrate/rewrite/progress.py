@@ -603,11 +603,12 @@ class ApplyProgress:
         eta = getattr(progress, "eta_s", None)
         rows = getattr(progress, "rows", 0)
         rate = getattr(progress, "rows_per_s", 0.0) or 0.0
-        expected = rows + eta * rate if eta is not None and rate else None
+        # The rows to reach (executors.expected_bytes): a floor once a range ran past its estimate.
+        expected = getattr(progress, "estimated_rows", None)
+        floor = bool(getattr(progress, "past_estimate", False))
         splits = f"splits {done} done, {len(checkpoints) - done} running, {total} in all"
         if self.pipe is not None:
-            self.pipe.update("backfill", rows, None if expected is None else round(expected), rate,
-                             eta, splits)
+            self.pipe.update("backfill", rows, expected, rate, eta, splits, floor=floor)
             return
         if self.bar is None:
             # The ETA is the backfill's own (bytes copied of the estimate), as status shows it:
@@ -622,11 +623,12 @@ class ApplyProgress:
             )
             self.bar.start()
             self.task = self.bar.add_task("backfill", total=None, rate=0.0, splits="", of="",
-                                          eta=clock(None))
+                                          eta="unknown")
         assert self.task is not None
-        of = f" of about {expected:,.0f}" if expected is not None else ""
-        self.bar.update(self.task, completed=rows, total=expected, rate=rate, of=of, splits=splits,
-                        eta=clock(eta))
+        of = ("" if expected is None else f" of more than {expected:,.0f}" if floor and expected > rows
+              else "" if floor else f" of about {expected:,.0f}")
+        self.bar.update(self.task, completed=rows, total=None if floor else expected, rate=rate, of=of,
+                        splits=splits, eta="unknown" if eta is None else clock(eta))
 
     def _stop(self) -> None:
         if self.bar is not None:
