@@ -1,7 +1,8 @@
 """What a planned rewrite will cost, for ``tsmigrate plan``: the data to copy from the source's
 split points (ComputeSplitPointsBySize, a read call), scaled to every version the copy reads (a
 sampled read), in the key ranges apply will cut, and the time at a rate measured on the instance
-(the last rewrite's backfill, else the sampled read's), saying which.
+(the last rewrite's backfill, else the sampled read's and transform's, with the writes the copy
+adds: ``copy_rate``), saying which.
 
 And whether the source's stream keeps its records that long: capture keeps its place at a record
 until the split the record falls in has been copied, so a record written as the copy starts must
@@ -33,6 +34,28 @@ ASSUMED_MB_S = 20.0
 MB = 1024 * 1024
 # Rows a plan reads from the source's ranges to count versions and time a read.
 SAMPLE_ROWS = 1000
+
+# Plan writes nothing, so its sample times what the copy does to a row before writing it (the
+# read and the transform), and the copy's time is that times WRITE_FACTOR: its BatchWriteRows of
+# the same bytes taken to cost as much again. The sample's rate is not multiplied by the workers:
+# they share this process (the transform holds the GIL) and the instance's write capacity.
+# Measured on the local server (embedded; 2 cores shared with other work, load 5 to 11), on
+# tests/rewrite_tables.py's rows (280 bytes copied a row), the backfill against the sampled read
+# and transform (copy/sample) and against plan's figure with this factor (planned/copy seconds):
+#   rows, workers     40,000 x 1  x 2   x 4   x 8    10,000 x 4 (8 runs)  20,000 x 4
+#   copy MB/s         3.01       1.25  2.20  1.57   2.06 to 2.67         2.45
+#   copy/sample       0.55       0.32  0.72  0.51
+#   planned/copy      1.45             1.18  0.91   0.72 to 0.96         1.01
+# Plan's old figure, the read alone (no transform, no write) x 4 workers, was 43 MB/s against a
+# 1.7 MB/s copy of the 40,000 rows: "about 1 s" for 6 s. tests/core/test_plan_cost.py checks
+# plan's figure against a copy. Against the service, with tens of ms a request, workers overlap
+# their round trips (docs/rewrite.md: 1.7 to 3 times the rows/s at 2 to 4 workers) and the
+# estimate errs long; after the first rewrite the measured rate of the last one replaces it.
+WRITE_FACTOR = 2.0
+# Without a transform to time (no target model), the read's time times this stands for the read
+# and the transform (the local server, 40,000 rows above, one thread, 5,000-row pages: read
+# 0.44 s, transform 1.28 s).
+TRANSFORM_FACTOR = 4.0
 
 # Copy and verification together, as a multiple of the copy's time. Verification reads the whole
 # target once more, and the source again for the splits capture touched: reads without the copy's
@@ -130,32 +153,54 @@ def check_stream(source: str, target: str, projection: Projection, stream: Strea
 @attrs.frozen
 class ReadSample:
     """Rows read from the start of every range: their bytes with the versions the copy reads
-    and with the newest only, and the seconds the reads with every version took."""
+    and with the newest only, the seconds the reads with every version took and the seconds
+    transforming those pages took (None: not transformed)."""
 
     rows: int
     bytes_all: int
     bytes_newest: int
     seconds: float
     whole: bool = False  # every range was read to its end: bytes_all is the table's size
+    transform_seconds: float | None = None
 
     @property
     def versions_factor(self) -> float:
         return self.bytes_all / self.bytes_newest if self.bytes_newest else 1.0
 
+    @property
+    def work_seconds(self) -> float:
+        """What the copy does to these rows before writing them: the read and the transform
+        (the transform's time as measured, else ``TRANSFORM_FACTOR`` times the read's)."""
+        if self.transform_seconds is None:
+            return self.seconds * TRANSFORM_FACTOR
+        return self.seconds + self.transform_seconds
+
+
+def copy_rate(sampled: ReadSample) -> float | None:
+    """The bytes a second a copy should run at, from what plan sampled: the read and the
+    transform of the sample's rows, and the writes (``WRITE_FACTOR``); None without a sample."""
+    if not sampled.rows or sampled.work_seconds <= 0:
+        return None
+    return sampled.bytes_all / (sampled.work_seconds * WRITE_FACTOR)
+
 
 def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
-                n: int = SAMPLE_ROWS) -> ReadSample:
+                n: int = SAMPLE_ROWS, transform: Any = None) -> ReadSample:
     """Read about ``n`` rows of ``table`` from the start of ``ranges`` (read calls only), with
     ``versions`` versions a cell and again with the newest: split points (on the local server,
-    as its docstring says) size the newest versions, the copy reads ``versions``."""
+    as its docstring says) size the newest versions, the copy reads ``versions``. With
+    ``transform`` (a ``RowTransform``), the pages of every version are transformed as the copy
+    does, timed apart (a row it rejects leaves them untimed: prepare names it)."""
     from tsmigrate.instance.rawclient import RawClient
     from tsmigrate.local.plainbuffer import decode_rows
     from tsmigrate.rewrite import copy
+    from tsmigrate.rewrite.transform import TransformError
 
     raw = RawClient(client)
     per_range = min(copy.PAGE_ROWS, max(1, math.ceil(n / max(1, len(ranges)))))
     rows = bytes_all = bytes_newest = 0
     seconds = 0.0
+    transform_seconds: float | None = 0.0 if transform is not None else None
     whole = True
     for split in ranges:
         started = time.perf_counter()
@@ -164,6 +209,14 @@ def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
         whole = whole and more is None
         if not buf:
             continue
+        if transform_seconds is not None:
+            started = time.perf_counter()
+            try:
+                transform.page(buf)
+            except TransformError:
+                transform_seconds = None
+            else:
+                transform_seconds += time.perf_counter() - started
         rows += len(decode_rows(buf))
         bytes_all += len(buf)
         if versions > 1:
@@ -171,7 +224,7 @@ def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
             bytes_newest += len(newest)
         else:
             bytes_newest += len(buf)
-    return ReadSample(rows, bytes_all, bytes_newest, seconds, whole)
+    return ReadSample(rows, bytes_all, bytes_newest, seconds, whole, transform_seconds)
 
 
 def newest_bytes(client: Any, table: str, want: int = 64) -> int:
@@ -223,31 +276,53 @@ def last_rewrite_rate(client: Any) -> Projection | None:
         f"{backfill['elapsed_s']:,.0f} s)"))
 
 
-def measured_rate(client: Any, sampled: ReadSample, at_once: int) -> Projection:
-    """The copy rate plan states: the last rewrite's on this instance, else the sampled read's
-    (``at_once`` ranges read together, as the workers do), else ASSUMED_MB_S, saying which."""
+def measured_rate(client: Any, sampled: ReadSample, at_once: int = 1) -> Projection:
+    """The copy rate plan states: the last rewrite's on this instance, else ``copy_rate`` of the
+    sampled read (and transform), else ASSUMED_MB_S, saying which. ``at_once``, the ranges
+    apply copies together, only names them: the estimate does not count on them (``WRITE_FACTOR``)."""
     last = last_rewrite_rate(client)
     if last is not None:
         return last
-    if sampled.rows and sampled.seconds > 0:
-        rate = sampled.bytes_all / sampled.seconds * at_once
-        times = f" x {at_once} workers" if at_once > 1 else ""
+    rate = copy_rate(sampled)
+    if rate is not None:
+        did = "read and transform" if sampled.transform_seconds is not None else "read"
+        workers = (f"; {at_once} workers copy faster only as far as the instance takes their "
+                   "writes at once" if at_once > 1 else "")
         return Projection(0, rate, (
-            f"at {rate / MB:.3g} MB/s, measured by a sampled read of {sampled.rows:,} rows on this "
-            f"instance{times} (no rewrite has run here yet; the copy also writes, so it may be slower)"))
+            f"at {rate / MB:.3g} MB/s: a sampled {did} of {sampled.rows:,} rows on this instance "
+            f"ran at {sampled.bytes_all / sampled.work_seconds / MB:.3g} MB/s, and the copy also "
+            f"writes every row, taken as long again (no rewrite has run here yet{workers})"))
     return Projection(0, ASSUMED_MB_S * MB, f"at an assumed {ASSUMED_MB_S:g} MB/s (nothing to "
                                             "measure: no rewrite has run here and no row was read)")
 
 
+def _transform(source: Table | None, target: Table | None) -> Any:
+    """The copy's row transform from ``source`` (as the live catalog has it, key derivations
+    included, as apply's job takes it) into ``target``, or None (either unknown, or a pair the
+    transform cannot be built for: prepare says why)."""
+    from tsmigrate.rewrite.job import RewriteJob
+    from tsmigrate.rewrite.transform import build
+
+    if source is None or target is None:
+        return None
+    try:
+        return build(RewriteJob("plan", source, target))
+    except Exception:  # plan estimates; prepare refuses with the reason
+        return None
+
+
 def rewrite_cost(client: Any, source: Table, target_versions: int, workers: int,
-                 rate_mb_s: float | None = None) -> tuple[ops.RewriteCost, Projection]:
+                 rate_mb_s: float | None = None,
+                 transform: Any = None) -> tuple[ops.RewriteCost, Projection]:
     """What copying ``source`` costs: the ranges apply will cut for ``workers`` workers, the
     bytes of every version the copy reads (``target_versions``), at a measured (or the given)
-    rate."""
+    rate; with ``transform`` (the copy's ``RowTransform``), the sample is transformed as the
+    copy does, and timed."""
     from tsmigrate.rewrite import splits
 
     ranges = splits.compute(client, source, workers)  # as prepare cuts them for apply
-    sampled = sample_read(client, source.name, ranges, target_versions)
+    sampled = sample_read(client, source.name, ranges, target_versions,
+                          transform=None if rate_mb_s else transform)
     factor = max(1.0, sampled.versions_factor)
     # A table the sample read whole has its exact size; else the split points' (newest
     # versions) times the sample's share of older versions.
@@ -283,7 +358,8 @@ def with_costs(client: Any, plan: Plan, rate_mb_s: float | None = None,
             target = models.table(step.table) if models is not None else None
             if source is not None:
                 versions = target.options.max_versions if target is not None else source.options.max_versions
-                estimate, projection = rewrite_cost(client, source, versions, workers, rate)
+                transform = _transform(live.table(step.source) if live is not None else None, target)
+                estimate, projection = rewrite_cost(client, source, versions, workers, rate, transform)
                 step = attrs.evolve(step, cost=estimate)
                 check_stream(step.source, step.table, projection, source.stream, "then plan again")
             else:
