@@ -970,12 +970,21 @@ class Capture:
         for (name, stamp), (cell, _) in row.before.items():
             if name not in newest or stamp > newest[name][0]:
                 newest[name] = (stamp, cell)
-        values = [(name, cell_value(cell)) for name, (_, cell) in sorted(newest.items())]
+        # Each value compared as its cell holds it (``vtype + payload``), not decoded again.
+        values = [(name, _variant_of(cell)) for name, (_, cell) in sorted(newest.items())]
         values = values[:guard_columns]
         absent = [name for name in declared if name not in newest]
         absent = absent[:(guard_columns - len(values)) // 2]  # two comparisons each
-        column = self.writer.values_unchanged(values, absent) if values or absent else None
+        column = self.writer.variants_unchanged(values, absent) if values or absent else None
         return self.writer.row_condition(pb.EXPECT_EXIST, column)
+
+
+def _variant_of(cell: bytes) -> bytes:
+    """The value of a cell read back, encoded as it came (``rowbytes.cell_variant``)."""
+    variant = rowbytes.cell_variant(cell)
+    if variant is None or variant[0] == plainbuffer.VT_NULL:
+        raise plainbuffer.PlainBufferError("a cell read back has no value to compare with")
+    return variant
 
 
 class Planned(NamedTuple):

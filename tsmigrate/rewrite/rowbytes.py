@@ -346,6 +346,16 @@ def cell_value(cell: bytes) -> Any:
     return value_at(cell, start + 5, start + 5 + _I32(cell, start + 1)[0])
 
 
+def cell_variant(cell: bytes) -> bytes | None:
+    """The value of one encoded attribute cell as it came (``vtype + payload``: what
+    ``cell_value`` decodes, and what a column condition compares with); None for a cell
+    without one."""
+    start = 6 + _I32(cell, 2)[0]
+    if cell[start] != 0x05:
+        return None
+    return cell[start + 5 : start + 5 + _I32(cell, start + 1)[0]]
+
+
 def key_cells(key: Sequence[tuple[str, Any]]) -> tuple[bytes, bytes]:
     """A primary key's cells and their checksums (compiled where built; ``key_cells_in_python``
     for the keys it leaves: values of other types, integers out of int64)."""

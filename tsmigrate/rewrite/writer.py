@@ -41,6 +41,7 @@ from tsmigrate.local.plainbuffer import (
     crc8_bytes,
     decode_row,
     encode_primary_key_cells,
+    encode_value,
 )
 from tsmigrate.rewrite import rowbytes
 from tsmigrate.rewrite.rowbytes import key_cells
@@ -442,7 +443,59 @@ def update_requests(rows: Sequence[Sequence[bytes]]) -> Iterator[list[bytes]]:
 def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = ()) -> bytes:
     """An encoded column condition (a Filter): each column of ``values`` still has that newest
     value and each of ``absent`` is still missing. At most ``GUARD_COLUMNS`` comparisons (two
-    for a missing column)."""
+    for a missing column). The bytes the SDK's encoder gives the same condition
+    (``values_unchanged_by_sdk``), encoded here (``variants_unchanged``)."""
+    variants = []
+    for name, value in values:
+        if value is None:  # as the SDK: a comparison needs a value
+            raise ValueError(f"column {name!r}: a condition compares with a value, not None")
+        variants.append((name, encode_value(value)))  # bytes as BINARY, as the SDK's bytearray
+    return variants_unchanged(variants, absent)
+
+
+# Filter (table_store_filter.proto): type(1) { FT_SINGLE_COLUMN_VALUE = 1,
+# FT_COMPOSITE_COLUMN_VALUE = 2 }, filter(2) its message's bytes. SingleColumnValueFilter:
+# comparator(1), column_name(2), column_value(3) (vtype + payload), filter_if_missing(4),
+# latest_version_only(5). CompositeColumnValueFilter: combinator(1) (LO_AND = 2),
+# sub_filters(2)*, each a Filter.
+_CT_EQUAL, _CT_NOT_EQUAL = b"\x08\x01", b"\x08\x02"
+_ZERO = encode_value(0)  # what "missing" compares with (equal and unequal to it)
+_MISSING_TAIL = b"\x1a" + varint(len(_ZERO)) + _ZERO + b"\x20\x00\x28\x01"  # passes if missing
+
+
+def _single_filter(comparator: bytes, name: str, tail: bytes) -> bytes:
+    raw = name.encode("utf-8")
+    inner = b"".join((comparator, b"\x12", varint(len(raw)), raw, tail))
+    return b"\x08\x01\x12" + varint(len(inner)) + inner
+
+
+def variants_unchanged(values: Sequence[tuple[str, bytes]], absent: Sequence[str] = ()) -> bytes:
+    """``values_unchanged`` of values given as their encoded ``vtype + payload`` (a cell's value
+    as read, passed through: ``rowbytes.cell_variant``)."""
+    if len(values) + 2 * len(absent) > GUARD_COLUMNS:
+        raise ValueError(f"a condition holds at most {GUARD_COLUMNS} comparisons, "
+                         f"got {len(values) + 2 * len(absent)}")
+    # Equal to the value, failing where the column is missing, on its newest version.
+    leaves = [_single_filter(_CT_EQUAL, name, b"".join((b"\x1a", varint(len(v)), v, b"\x20\x01\x28\x01")))
+              for name, v in values]
+    # "Missing": equal to a value and unequal to it, each passing where the column is missing
+    # (the SDK's SingleColumnCondition takes no NOT_EXIST comparator).
+    leaves += [_single_filter(comparator, name, _MISSING_TAIL)
+               for name in absent for comparator in (_CT_EQUAL, _CT_NOT_EQUAL)]
+    if not leaves:
+        raise ValueError("a condition needs at least one comparison")
+    if len(leaves) == 1:
+        return leaves[0]
+    parts = [b"\x08\x02"]  # combinator LO_AND
+    for leaf in leaves:
+        parts += (b"\x12", varint(len(leaf)), leaf)
+    composite = b"".join(parts)
+    return b"\x08\x02\x12" + varint(len(composite)) + composite
+
+
+def values_unchanged_by_sdk(values: Sequence[tuple[str, Any]], absent: Sequence[str] = ()) -> bytes:
+    """``values_unchanged`` built by the SDK (its condition objects and encoder): what the
+    tests hold the encoding here to."""
     from tablestore import metadata as md
     from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
 
@@ -453,8 +506,6 @@ def values_unchanged(values: Sequence[tuple[str, Any]], absent: Sequence[str] = 
                                  md.ComparatorType.EQUAL, pass_if_missing=False,
                                  latest_version_only=True)
         for name, v in values]
-    # "Missing": equal to a value and unequal to it, each passing where the column is missing
-    # (the SDK's SingleColumnCondition takes no NOT_EXIST comparator).
     leaves += [md.SingleColumnCondition(name, 0, comparator, pass_if_missing=True)
                for name in absent
                for comparator in (md.ComparatorType.EQUAL, md.ComparatorType.NOT_EQUAL)]
