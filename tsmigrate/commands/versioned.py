@@ -1,8 +1,9 @@
 """`tsmigrate upgrade`, `downgrade`, `current`, `stamp`: move the target along the revisions.
 
 Every refusal (an unknown revision, two heads, a downgrade past an irreversible step, a
-destructive step without --allow-destructive, an older package) is one message, exit 1, and
-nothing is changed. ``--dry-run`` prints the service calls instead of making them.
+destructive step without --allow-destructive, an older package, a create of what the instance
+has already, ``downgrade -N`` with nothing applied) is one message, exit 1, and nothing is
+changed. ``--dry-run`` prints the service calls instead of making them.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def _move(command: str, project_dir: Any, choice: Any, make_move: Any, options: 
             move = make_move(directory, last)
             try:  # a dry run shows the calls either way, and says what the run would refuse
                 runner.refusals(move, allow_destructive=options.allow_destructive)
+                runner.check_live(client, move)  # against the instance, as the run checks
                 refused = ""
             except ApplyRefused as exc:
                 refused = str(exc).removesuffix("; nothing was changed")

@@ -4,8 +4,10 @@ grouped by run, newest first, each run with its outcome, when it started and who
 
 A run's outcome is the status of its last step: apply runs steps in order and stops at the
 first failure or interruption, so ``done`` there means every step was done. Runs of the rewrite
-commands (``tsmigrate.instance.records``) are listed the same way, named by their command. A run that
-took up the steps a killed run left (``resumes``) is named on that run.
+commands (``tsmigrate.instance.records``) are listed the same way, named by their command; runs of
+``upgrade`` and ``downgrade`` (versioned migrations) by theirs and the revisions they moved
+between (``upgrade b2 -> c3``). A run that took up the steps a killed run left (``resumes``) is
+named on that run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from tsmigrate.instance.state import pid_alive
 RUN_OUTCOMES = {"done": "applied", "failed": "failed", "interrupted": "interrupted",
                 "started": "unfinished"}
 RUNNING = "running"
+# The commands whose runs hold the apply lock while they run (the rewrite commands hold leases).
+LOCK_COMMANDS = ("apply", "upgrade", "downgrade")
 # Outcomes of a run that stopped before its end (another run may have taken its work up).
 STOPPED = ("interrupted", "unfinished", "failed")
 
@@ -59,6 +63,7 @@ class Entry:
     command: str = "apply"  # the command that ran it (rows of apply leave it out)
     table: str = ""  # the table it acted on (rows written before tsmigrate kept it have none)
     resumes: tuple[str, ...] = ()  # the runs whose interrupted steps this run took up
+    revisions: str = ""  # an upgrade's or downgrade's move, "b2 -> c3"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Entry:
@@ -84,6 +89,7 @@ class Entry:
             command=str(row.get("command") or "apply"),
             table=str(row.get("table", "")),
             resumes=tuple(r for r in str(row.get("resumes", "")).split(",") if r),
+            revisions=str(row.get("revisions", "")),
         )
 
     @property
@@ -99,6 +105,7 @@ class Entry:
             "risk": self.risk, "status": self.status, "at": utc(self.at_ms), "at_ms": self.at_ms,
             "by": self.who, "owner": self.owner, "user": self.user or None, "plan": self.plan,
             "error": self.error or None, "command": self.command, "table": self.table or None,
+            "revisions": self.revisions or None,
         }
 
 
@@ -117,6 +124,18 @@ class Run:
     @property
     def command(self) -> str:
         return self.steps[0].command
+
+    @property
+    def revisions(self) -> str:
+        return self.steps[0].revisions
+
+    @property
+    def label(self) -> str:
+        """What ran, as `history` names a run other than apply's: ``rewrite switch``,
+        ``upgrade base -> c3``; empty for apply."""
+        if self.command == "apply":
+            return ""
+        return f"{self.command} {self.revisions}" if self.revisions else self.command
 
     @property
     def outcome(self) -> str:
@@ -150,7 +169,7 @@ class Run:
                 "started_ms": self.started_ms, "ended": utc(self.ended_ms), "by": self.who,
                 "owner": self.steps[0].owner, "steps": len(self.steps),
                 "failed_step": next((s.number for s in self.steps if s.status == "failed"), None),
-                "command": self.command,
+                "command": self.command, "revisions": self.revisions or None,
                 "resumed_by": self.resumed_by.run if self.resumed_by else None,
                 "resumed_outcome": self.resumed_by.outcome if self.resumed_by else None}
 
@@ -206,7 +225,7 @@ def runs(entries: Sequence[Entry], lock_owner: str | None = None,
     for entry in entries:
         grouped.setdefault((entry.run_started_ms, entry.run), []).append(entry)
     found = [Run(run, started, tuple(steps),
-                 holds_lock=(steps[0].owner == lock_owner if steps[0].command == "apply"
+                 holds_lock=(steps[0].owner == lock_owner if steps[0].command in LOCK_COMMANDS
                              else steps[0].status == "started" and _process_alive(steps[0].owner, live)))
              for (started, run), steps in grouped.items()]
     resumers: dict[str, Run] = {}
@@ -262,7 +281,7 @@ def history_text(target: str, all_runs: Sequence[Run], limit: int) -> str:
     lines.append(f"History, newest first ({count} of {total} step(s){more}):")
     for run, steps in shown:
         lines.append("")
-        command = f"{run.command}  " if run.command != "apply" else ""
+        command = f"{run.label}  " if run.label else ""
         lines.append(f"run {run.run}  {command}{run.outcome_text}  started {utc(run.started_ms)}  "
                      f"by {run.who}  ({len(run.steps)} step(s))")
         width = max(len(step.status) for step in steps)

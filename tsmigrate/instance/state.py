@@ -165,6 +165,7 @@ class State:
         self.run_started_ms = int(time.time() * 1000)
         self._step_no = 0
         self.command = "apply"  # what `history` names the run (rows of apply leave it out)
+        self.revisions = ""  # an upgrade's or downgrade's move, "b2 -> c3" (others leave it out)
         self.resumes: set[str] = set()  # the runs of interrupted steps this run takes up
 
     def ensure_table(self) -> None:
@@ -297,7 +298,8 @@ class State:
     def record(self, step: Any, status: str, *, plan_id: str, error: str = "") -> None:
         """``step``: an ``ops.Step`` or anything with ``kind``, ``summary()``, ``risk`` and
         ``table`` (a rewrite command's action). The row keeps the command that ran it (apply
-        unless ``command`` says otherwise), the table, and the runs this one resumes."""
+        unless ``command`` says otherwise), the table, the revisions an upgrade or downgrade
+        moves between, and the runs this one resumes."""
         if status == "started":
             self._step_no += 1
         row_id = f"{self.run_started_ms:013d}-{self.owner.run_id}-{self._step_no:03d}"
@@ -317,6 +319,7 @@ class State:
                 **({"error": error} if error else {}),
                 **({"table": step.table} if isinstance(getattr(step, "table", None), str) else {}),
                 **({"command": self.command} if self.command != "apply" else {}),
+                **({"revisions": self.revisions} if self.revisions else {}),
                 **({"resumes": ",".join(sorted(self.resumes))} if self.resumes else {}),
             },
         )

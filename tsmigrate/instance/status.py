@@ -21,7 +21,15 @@ import tablestore as ts
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter
-from tsmigrate.instance.history import Run, live_owner, newest_first, rewrite_runners, runs, utc
+from tsmigrate.instance.history import (
+    LOCK_COMMANDS,
+    Run,
+    live_owner,
+    newest_first,
+    rewrite_runners,
+    runs,
+    utc,
+)
 from tsmigrate.instance.state import LOCK_KEY, STATE_TABLE, AppliedRecord, Lock, State
 
 
@@ -75,7 +83,9 @@ class StatusContext:
 
     @functools.cached_property
     def apply_runs(self) -> list[Run]:
-        return [run for run in self.runs if run.command == "apply"]
+        """Runs of apply, and of upgrade and downgrade (which change the schema as apply does,
+        under its lock, and save the catalog they leave)."""
+        return [run for run in self.runs if run.command in LOCK_COMMANDS]
 
     @functools.cached_property
     def applied(self) -> AppliedRecord | None:
@@ -146,7 +156,8 @@ def last_apply_report(ctx: StatusContext) -> Report:
     run = ctx.apply_runs[0]
     data = {**run.to_dict(), "last_complete": complete, "later_commands": later[0]}
     failed = f" at step {data['failed_step']}" if data["failed_step"] else ""
-    lines = [f"run {run.run} {run.outcome_text}{failed} ({len(run.steps)} step(s)), started "
+    label = f"{run.label} " if run.label else ""
+    lines = [f"run {run.run} {label}{run.outcome_text}{failed} ({len(run.steps)} step(s)), started "
              f"{utc(run.started_ms)} by {run.who}, last step {utc(run.ended_ms)}"]
     if run.steps[0].error:
         lines.append(f"error: {run.steps[0].error}")
@@ -163,11 +174,11 @@ def last_apply_report(ctx: StatusContext) -> Report:
 def _later_commands(ctx: StatusContext) -> tuple[list[dict[str, Any]], list[str]]:
     """The runs of other commands (rewrite switch, finish, ...) since the last apply run."""
     since = ctx.apply_runs[0].started_ms if ctx.apply_runs else -1
-    later = [run for run in ctx.runs if run.command != "apply" and run.started_ms > since]
+    later = [run for run in ctx.runs if run.command not in LOCK_COMMANDS and run.started_ms > since]
     data = [{**run.to_dict(), "actions": [s.summary + ("" if s.status == "done" else f" ({s.status})")
                                           for s in reversed(run.steps)]}
             for run in later]
-    lines = [f"since then: {run.command} {run.outcome} ({'; '.join(one['actions'])}), "
+    lines = [f"since then: {run.label} {run.outcome} ({'; '.join(one['actions'])}), "
              f"{utc(run.started_ms)} by {run.who}" for run, one in zip(later, data, strict=True)]
     return data, lines
 
@@ -186,7 +197,7 @@ def _recorded_since(ctx: StatusContext, applied: AppliedRecord) -> dict[str, Run
         # The apply that saved the record (before its first step, and again once complete)
         # covers its own steps only when it completed; other runs' steps count from then on.
         saver = run.steps[0].owner == applied.owner
-        if saver and run.outcome == "applied":
+        if saver and run.outcome in ("applied", "done"):  # apply's; upgrade's, downgrade's
             continue
         for step in reversed(run.steps):
             if step.table and (saver or step.at_ms >= at):

@@ -29,6 +29,10 @@ class UnknownRevisionError(MigrationError):
     """A revision id (or prefix, or relative spec) matches no revision."""
 
 
+class NothingToDowngrade(MigrationError):
+    """A relative downgrade (``-N``) of an instance with no revision applied."""
+
+
 class AmbiguousRevisionError(MigrationError):
     """A revision prefix, or a relative step at a branch point, matches more than one revision."""
 

@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 from tsmigrate.errors import ApplyRefused, TsmigrateError
 from tsmigrate.instance import adapter
 from tsmigrate.instance.apply import live_catalog
+from tsmigrate.instance.history import LOCK_COMMANDS
 from tsmigrate.instance.state import STATE_TABLE, State
 from tsmigrate.planning import ops
 from tsmigrate.planning.plan import recorded_catalog
@@ -43,7 +44,7 @@ from tsmigrate.reindex import flow
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, physical
 from tsmigrate.schema.config import Project, read_pyproject
-from tsmigrate.versions.errors import MigrationError, UnknownRevisionError
+from tsmigrate.versions.errors import MigrationError, NothingToDowngrade, UnknownRevisionError
 from tsmigrate.versions.op import Backfill, TransformedRewrite
 from tsmigrate.versions.replay import Collected, collect
 from tsmigrate.versions.scripts import ScriptDirectory
@@ -222,6 +223,11 @@ def plan_upgrade(directory: ScriptDirectory, applied: Collection[str], spec: str
 
 def plan_downgrade(directory: ScriptDirectory, applied: Collection[str], spec: str) -> Move:
     start = _known(directory, applied)
+    if not start and spec.strip().startswith("-"):
+        # As alembic, whose `downgrade -1` at base fails ("Relative revision -1 didn't produce
+        # 1 migrations", exit 1): a step down from nothing is an error, not a move to base.
+        raise NothingToDowngrade(f"nothing to downgrade: no revision is applied ({spec.strip()!r} "
+                                 "counts down from the applied revisions; `tsmigrate current` shows them)")
     target = directory.graph.resolve(spec, start)
     if target is not None and target not in start:
         raise UnknownRevisionError(
@@ -265,6 +271,75 @@ def refusals(move: Move, *, allow_destructive: bool) -> None:
             f"{len(destructive)} destructive step(s) need --allow-destructive: {listed}; "
             "nothing was changed"
         )
+
+
+_CREATES = (ops.CreateTable, ops.CreateIndex, ops.CreateSearchIndex)
+
+
+def _there(catalog: Catalog, op: Any) -> str | None:
+    """What ``op`` (a create) would create that ``catalog`` has already, as text; None when
+    nothing."""
+    table = catalog.table(op.table)
+    if table is None:
+        return None
+    if isinstance(op, ops.CreateTable):
+        return f"table {op.table}"
+    if isinstance(op, ops.CreateIndex) and any(i.name == op.index.name for i in table.secondary_indexes):
+        return f"secondary index {op.index.name} of {op.table}"
+    if isinstance(op, ops.CreateSearchIndex) and any(i.name == op.index.name for i in table.search_indexes):
+        return f"search index {op.index.name} of {op.table}"
+    return None
+
+
+def _done_before(client: Any, collected: Collected) -> int:
+    """How many operations of ``collected`` a killed run of the same direction did (they are
+    skipped: the instance has them)."""
+    try:
+        row = adapter.get_row(client, STATE_TABLE, _run_key(collected.revision)) or {}
+    except Exception as exc:  # no state table yet (a dry run on a new instance): no run either
+        if getattr(exc, "code", "") == "OTSObjectNotExist":
+            return 0
+        raise
+    return int(row.get("done", 0)) if row.get("direction") == collected.direction else 0
+
+
+def check_live(client: Any, move: Move) -> None:
+    """Raise ApplyRefused when an operation of ``move`` creates what the instance has already
+    (made outside the revisions: `tsmigrate apply`, the console): the run would fail there
+    (OTSObjectAlreadyExist), after the operations before it ran. The instance's schema is
+    followed through the operations before each one (read calls only; those a killed run did
+    are skipped, as the run skips them). ``upgrade --dry-run`` checks the same."""
+    if not move.steps:
+        return
+    predicted = physical(live_catalog(client))
+    for collected in move.steps:
+        skip = _done_before(client, collected)
+        total = len(collected.operations)
+        for number, op in enumerate(collected.operations, 1):
+            if number <= skip:
+                continue
+            there = _there(predicted, op) if isinstance(op, _CREATES) else None
+            if there is not None:
+                raise ApplyRefused(_exists_text(collected.revision, move.direction, number, total, op, there))
+            if isinstance(op, ops.Step):
+                try:
+                    predicted = ops.transform(predicted, op)
+                except Exception:  # past what can be predicted: the run finds out
+                    return
+
+
+def _exists_text(rev: str, direction: str, number: int, total: int, op: Any, there: str) -> str:
+    if direction == "upgrade":
+        fix = (f"If the instance already matches revision {rev}, record it as applied without "
+               f"running it: `tsmigrate stamp {rev}` (then `tsmigrate upgrade head` runs the "
+               "revisions after it); otherwise drop what is in the way, or write a revision that "
+               "adopts it")
+    else:
+        fix = ("Drop what is in the way, or, if the instance already matches the revisions "
+               "below, record that without running anything: `tsmigrate stamp REV`")
+    return (f"{direction} of revision {rev} would fail at operation {number} of {total} "
+            f"({op.summary()}): {there} exists already (OTSObjectAlreadyExist), made outside "
+            f"the revisions (by `tsmigrate apply`, or by hand). {fix}; nothing was changed")
 
 
 # --- the service calls, for --dry-run -----------------------------------------------------------------
@@ -359,10 +434,13 @@ def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], 
                 check_package(package, last)
             move = make_move(last)
             refusals(move, allow_destructive=options.allow_destructive)
+            check_live(client, move)
+            # `history` names the run by its command and the revisions it moves between.
+            state.command, state.revisions = move.direction, move_text(directory, move)
             interrupted = state.mark_interrupted()
             # `history` names this run on the killed ones it takes up (issue 24).
             state.resumes = {r["id"].split("-")[1] for r in interrupted
-                             if not r.get("command") and r["id"].count("-") == 2}
+                             if (r.get("command") or "apply") in LOCK_COMMANDS and r["id"].count("-") == 2}
             if interrupted:
                 note = "; ".join(filter(None, [note, f"marked {len(interrupted)} operation(s) a killed "
                                                      "run left unfinished as interrupted"]))
@@ -383,6 +461,14 @@ def run(client: Any, directory: ScriptDirectory, make_move: Callable[[Applied], 
             return Outcome(move, executed, note, tuple(rewrites))
     finally:
         state.release()
+
+
+def move_text(directory: ScriptDirectory, move: Move) -> str:
+    """``from -> to``: the heads the move starts and ends at (``base`` for none)."""
+    def heads(applied: frozenset[str]) -> str:
+        return ", ".join(directory.graph.current_heads(applied)) if applied else "base"
+
+    return f"{heads(move.start)} -> {heads(move.end)}"
 
 
 def _run_key(rev: str) -> list[tuple[str, Any]]:
@@ -466,9 +552,6 @@ def _where(rev: str, direction: str, number: int, total: int, op: Any, what: str
         "operation 1 was done" if number == 2 else "no operation of it was done")
     return (f"{direction} of revision {rev} {what} at operation {number} of {total} "
             f"({op.summary()}); {before}, and running it again continues from there")
-
-
-_CREATES = (ops.CreateTable, ops.CreateIndex, ops.CreateSearchIndex)
 
 
 def _exists_already(exc: BaseException, op: Any) -> bool:
