@@ -228,7 +228,9 @@ def test_pk306_on_a_compiled_model():
 # --- TS-PK301 rewrite ---------------------------------------------------------------------------
 
 
-def test_pk301_rewrite_step_warns_about_cell_timestamps():
+def test_pk301_rewrite_step_says_what_the_copy_does():
+    """Issue #38 (9): the copy writes each cell with its original timestamp (it is what the
+    engine does, not a risk for the user to handle), and the finding says so."""
     old = table(pk("request_id"), name="serp_v1", options=TableOptions(time_to_live=30 * DAY))
     new = table(pk("keyword"), pk("request_id"), name="serp_v2", replaces="serp_v1",
                 options=TableOptions(time_to_live=30 * DAY, max_versions=2))
@@ -236,9 +238,19 @@ def test_pk301_rewrite_step_warns_about_cell_timestamps():
     [finding] = planned("TS-PK301", live, target)
     assert finding.severity == "info"
     assert step_kind(live, target, finding) == "rewrite_table"
-    assert "original timestamp" in finding.message
-    assert "30d from the rewrite" in finding.message
-    assert "all 2 versions" in finding.message
+    assert "each with its original timestamp, so TTL counts from the original write" in finding.message
+    assert "max_time_deviation of serp_v2 is widened for the copy" in finding.message
+    assert "the newest 2 versions of each cell" in finding.message
+    assert "must" not in finding.message and "To check" not in finding.message
+    assert "quiet period" not in finding.fix and "tsmigrate rewrite switch serp_v2" in finding.fix
+
+
+def test_pk301_names_versions_the_new_table_does_not_keep():
+    old = table(pk("request_id"), name="serp_v1", options=TableOptions(max_versions=3))
+    new = table(pk("keyword"), pk("request_id"), name="serp_v2", replaces="serp_v1")
+    [finding] = planned("TS-PK301", Catalog([old]), Catalog([new]))
+    assert finding.message.endswith(
+        "To check: serp_v1 keeps 3 versions and serp_v2 1: the older versions are not copied")
 
 
 def test_pk301_only_on_rewrites():

@@ -16,7 +16,7 @@ from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.lint.core import ERROR, INFO, WARNING, Context, Finding, rule
 from tsmigrate.lint.names import has_few_values, is_id, is_sequence, is_time_like
 from tsmigrate.planning import ops
-from tsmigrate.schema import BOOLEAN, DOUBLE, INTEGER, NO_TTL, PrimaryKeyColumn, Table
+from tsmigrate.schema import BOOLEAN, DOUBLE, INTEGER, PrimaryKeyColumn, Table
 from tsmigrate.schema.render import duration
 
 MIN_BUCKETS = 4  # with 2 or 3 buckets, each takes a third or more of all writes: still hot
@@ -163,6 +163,9 @@ def concatenated_key_order(context: Context) -> Iterator[Finding]:
 
 @rule("TS-PK301", INFO, "key change rewrites the table")
 def key_change_rewrite(context: Context) -> Iterator[Finding]:
+    """What the rewrite does (tsmigrate.rewrite: copy.py, prepare.py), then what it cannot do
+    for the user: versions the new table does not keep, new auto-increment ids. (Plan refuses a
+    TTL that differs from the source's: rewrite.ttl-shorter, rewrite.ttl-longer.)"""
     if context.plan is None:
         return
     for number, step in enumerate(context.plan.steps, 1):
@@ -170,25 +173,32 @@ def key_change_rewrite(context: Context) -> Iterator[Finding]:
             continue
         # The plan was made for this catalog, so the table it rewrites into is declared.
         table = context.target.table(step.table) or Table(step.table, ())
-        notes = [
-            f"every row of {step.source} is copied into {step.table} ({step.key_change})",
-            "the copy must write each cell with its original timestamp",
-        ]
-        if table.options.time_to_live != NO_TTL:
-            notes[-1] += (
-                f", or each row lives {duration(table.options.time_to_live)} from the rewrite "
-                "instead of from its write"
-            )
-        if table.options.max_versions > 1:
-            notes.append(f"it must read all {table.options.max_versions} versions, not the latest")
+        source = context.live.table(step.source) if context.live is not None else None
+        target, options = step.table, table.options
+        versions = (f"the newest {options.max_versions} versions of each cell (as many as {target} "
+                    "keeps)" if options.max_versions > 1 else "the newest version of each cell")
+        done = (
+            f"every row of {step.source} is copied into {target} ({step.key_change}): {versions}, "
+            "each with its original timestamp, so TTL counts from the original write "
+            f"(max_time_deviation of {target} is widened for the copy, so the service accepts "
+            f"old timestamps, and set back to {duration(options.max_time_deviation)} by `rewrite "
+            "finish`); writes made meanwhile are captured and the copy is verified before "
+            "services cut over"
+        )
+        checks = []
+        if source is not None and source.options.max_versions > options.max_versions:
+            checks.append(f"{step.source} keeps {source.options.max_versions} versions and "
+                          f"{target} {options.max_versions}: the older versions are not copied")
         auto = [c.name for c in table.primary_key if c.auto_increment]
         if auto:
-            notes.append(f"auto-increment column {auto[0]} gets new values: those ids change")
+            checks.append(f"auto-increment column {auto[0]} gets new values: those ids change")
+        message = done + (f". To check: {'; '.join(checks)}" if checks else "")
         yield context.finding(
             step.table,
             "primary_key",
-            "; ".join(notes),
-            "run the rewrite in a quiet period and keep the source table until the copy is "
-            "verified and services have cut over",
+            message,
+            f"apply copies, captures and verifies; then deploy services on the new model and run "
+            f"`tsmigrate rewrite switch {target}`, and `tsmigrate rewrite finish {target}` once "
+            f"they use it ({step.source} is kept until then)",
             step=number,
         )

@@ -482,11 +482,14 @@ def make_plan(
             )
             undeclared.append(Undeclared(name, note))
             continue
-        if name in replaced_by:
+        if name in replaced_by and prune:  # the steps below drop it: no advice to pass --prune
+            note = (f"replaced by {replaced_by[name]}, rewrite finished; dropped by this plan "
+                    "(--prune): services must have cut over")
+        elif name in replaced_by:
             note = (f"replaced by {replaced_by[name]}, rewrite finished; drop it with --prune once "
                     "services have cut over")
         else:
-            note = "no model declares it"
+            note = "no model declares it" + ("; dropped by this plan (--prune)" if prune else "")
         undeclared.append(Undeclared(name, note))
         if prune:
             steps.extend(_drop_steps(table))

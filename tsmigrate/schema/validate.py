@@ -110,6 +110,9 @@ class _Report:
         self.table = table
         self.problems: list[Problem] = []
 
+    def has(self, field: str, rule: str) -> bool:
+        return any(p.field == field and p.rule == rule for p in self.problems)
+
     def add(self, field: str, rule: str, message: str, fix: str = "") -> None:
         self.problems.append(
             Problem(
@@ -563,7 +566,8 @@ def _search_index(table: Table, index: SearchIndex, report: _Report) -> None:
                 f"search index TTL {duration(ttl)} is above the table's TTL {duration(table_ttl)}",
                 "make the index TTL at most the table's",
             )
-        if table.options.allow_update:
+        # One finding an index: the table's TTL may have reported it on this one already.
+        if table.options.allow_update and not report.has(where, "search-index.ttl-allow-update"):
             report.add(
                 where,
                 "search-index.ttl-allow-update",
