@@ -55,6 +55,8 @@ import urllib3.exceptions
 from tablestore.error import OTSClientError, OTSServiceError
 from tablestore.retry import DefaultRetryPolicy, RetryPolicy
 
+from tsmigrate.instance import keepalive
+
 T = TypeVar("T")
 
 REJECTED_CODES = frozenset({
@@ -345,7 +347,9 @@ def guard(client: Any) -> Any:
 
 def install(client: Any) -> Any:
     """Make ``client`` retry by ``RETRY_POLICY`` (its SDK calls, the raw client's and socket
-    errors), unless it was built with a policy of its own (``NoRetryPolicy`` stays off)."""
+    errors), unless it was built with a policy of its own (``NoRetryPolicy`` stays off). Its
+    requests go over kept-alive connections (``keepalive``)."""
+    keepalive.adopt(client)
     if type(client.retry_policy) is DefaultRetryPolicy:
         client.retry_policy = RETRY_POLICY
     if isinstance(client.retry_policy, TsmigrateRetryPolicy) and not isinstance(
