@@ -4,7 +4,7 @@ Importing the package registers every rule; ``run_lint`` runs them. The codes, t
 and examples are documented in ``docs/lint.md``.
 """
 
-from tsmigrate.lint import access, changes, columns, indexes, keys, tables  # noqa: F401 - registers the rules
+from tsmigrate.lint import access, changes, columns, indexes, keys, spread, tables  # noqa: F401 - registers the rules
 from tsmigrate.lint.core import (
     ERROR,
     INFO,
