@@ -17,6 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import click
 
 from tsmigrate import __version__
+from tsmigrate.commands.analyze import analyze_command
 from tsmigrate.commands.apply import apply_command
 from tsmigrate.commands.group import Group
 from tsmigrate.commands.history import history_command
@@ -49,9 +50,9 @@ def main() -> None:
 
 
 for command in (init_command, validate, show, lint, plan, apply_command, status_command,
-                history_command, inspect_command, unlock_command, state_group, restore, rewrite,
-                revision_command, merge_command, heads_command, hash_command, check_command, upgrade,
-                downgrade, current, stamp, local):
+                history_command, inspect_command, analyze_command, unlock_command, state_group,
+                restore, rewrite, revision_command, merge_command, heads_command, hash_command,
+                check_command, upgrade, downgrade, current, stamp, local):
     main.add_command(command)
 
 

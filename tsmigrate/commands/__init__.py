@@ -7,5 +7,6 @@
 - ``plan``: plan
 - ``apply``: apply
 - ``inspect``: inspect (and adoption with --write-models)
+- ``analyze``: analyze (hot partitions in a table's data, from a sample of its rows)
 - ``restore``: restore (an archive of a retired month table, back into the target)
 """

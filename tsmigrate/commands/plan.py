@@ -46,6 +46,17 @@ def _with_rewrites_ahead(project, target, live, catalog, result):
         return attrs.evolve(result, rewrites=upcoming(client, live, catalog))
 
 
+def _with_key_spreads(project, target, live, catalog, result):
+    """Each rewrite_table step's key spread: one sample of its source, measured for the source
+    key and, through the rewrite's key transform, for the new key (read calls only)."""
+    from tsmigrate.instance import adapter
+    from tsmigrate.instance.target import connect
+    from tsmigrate.rewrite.keysample import with_key_spreads
+
+    with adapter.service_errors(target.describe()), connect(project, target) as client:
+        return with_key_spreads(client, result, live, catalog)
+
+
 def _with_capture_checks(project, target, result):
     """Whether change capture keeps up with each rewrite's source writes, for apply's default
     workers (the source's stream sampled briefly only when it is on)."""
@@ -100,10 +111,12 @@ def plan(models, project, choice, fmt, out, prune, detailed_exitcode):
     result = make_plan(live, catalog, prune=prune, bookkeeping=(STATE_TABLE,),
                        finished_rewrites=finished)
     result = _with_rewrites_ahead(proj, target, live, catalog, result)
-    findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
     if any(step.kind == "rewrite_table" for step in result.steps):
         # Before --out is written: a rewrite refused here leaves no plan file behind.
         result = _with_rewrite_costs(proj, target, live, catalog, result)
+        # Before lint: the TS-SP8xx rules read what the sample found.
+        result = _with_key_spreads(proj, target, live, catalog, result)
+    findings = run_lint(catalog, live=live, plan=result, config=lint_config(proj))
     if result.rewrites or any(step.kind == "rewrite_table" for step in result.steps):
         result = _with_capture_checks(proj, target, result)
     if out is not None:

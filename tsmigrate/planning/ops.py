@@ -514,6 +514,9 @@ class RewriteTable(Step):
     # Whether change capture keeps up with the source's writes (``tsmigrate.rewrite.capacity``
     # ``Check``: the figures, a verdict and its text), found by plan; None until then.
     capture: Any = attrs.field(default=None, eq=False)
+    # The source key's spread and the new key's, over one sample of the source
+    # (``tsmigrate.lint.spread.KeySpread``), measured by plan; None until then.
+    key_spread: Any = attrs.field(default=None, eq=False)
 
     @property
     def risk(self) -> str:
@@ -527,6 +530,8 @@ class RewriteTable(Step):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["args"]["revert"] = {"possible": not self.revert, "reason": self.revert or None}
+        spread = None if self.key_spread is None else self.key_spread.to_dict()
+        data["args"]["key_spread"] = data["key_spread"] = spread
         return data
 
     @property

@@ -254,13 +254,14 @@ def resume_point(document: Mapping[str, Any], live_fingerprint: str) -> int:
 
 
 def _without_cost(step: dict[str, Any]) -> dict[str, Any]:
-    """A step without a rewrite's cost and capture check (estimates plan shows, not part of the
-    step; the reason quotes the cost, and the rest of the reason follows from the args)."""
+    """A step without a rewrite's cost, capture check and key spread (estimates plan shows, not
+    part of the step; the reason quotes the cost, and the rest of the reason follows from the
+    args)."""
     args = step.get("args")
     if not isinstance(args, dict) or "cost" not in args:
         return step
-    return {**{k: v for k, v in step.items() if k != "reason"},
-            "args": {**args, "cost": None, "capture": None}}
+    return {**{k: v for k, v in step.items() if k not in ("reason", "key_spread")},
+            "args": {**args, "cost": None, "capture": None, "key_spread": None}}
 
 
 def planned_steps(document: Mapping[str, Any], start: int) -> list[dict[str, Any]]:

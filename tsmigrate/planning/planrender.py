@@ -90,6 +90,8 @@ def plan_text(plan: Plan, *, colour: bool = True, findings: Sequence[Finding] = 
                 lines.append(f"         {paint('! ' + _escape(_revert_note(step), colour), 'yellow')}")
             if isinstance(step, ops.RewriteTable) and step.capture is not None:
                 lines.append(f"         {_capture_line(step.capture, colour)}")
+            if isinstance(step, ops.RewriteTable) and step.key_spread is not None:
+                lines.append(f"         {paint(_escape(_spread_text(step), colour), 'dim')}")
     if plan.rewrites:
         lines.append("")
         lines.append(_escape(_REWRITES_AHEAD.replace("`", ""), colour))
@@ -133,6 +135,11 @@ def _capture_markdown(check: Any) -> str:
     return f" **{text}**" if check.warning else f" {text}"
 
 
+def _spread_text(step: ops.RewriteTable) -> str:
+    """The source key's spread against the new key's (``lint.spread.KeySpread``), as sampled."""
+    return f"key spread: {step.key_spread.text()}"
+
+
 def _escape(text: str, colour: bool) -> str:
     return text.replace("[", r"\[") if colour else text
 
@@ -157,6 +164,8 @@ def plan_markdown(
                 reason += " **" + _revert_note(step).replace("|", "\\|") + "**"
             if isinstance(step, ops.RewriteTable):
                 reason += _capture_markdown(step.capture)
+                if step.key_spread is not None:
+                    reason += " " + _spread_text(step).replace("|", "\\|")
             lines.append(f"| {number} | `{step.symbol}` | {summary} | {risk} | {reason} |")
     if plan.rewrites:
         lines.append("")
