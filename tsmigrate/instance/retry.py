@@ -55,8 +55,6 @@ import urllib3.exceptions
 from tablestore.error import OTSClientError, OTSServiceError
 from tablestore.retry import DefaultRetryPolicy, RetryPolicy
 
-from tsmigrate.instance import keepalive
-
 T = TypeVar("T")
 
 REJECTED_CODES = frozenset({
@@ -347,9 +345,7 @@ def guard(client: Any) -> Any:
 
 def install(client: Any) -> Any:
     """Make ``client`` retry by ``RETRY_POLICY`` (its SDK calls, the raw client's and socket
-    errors), unless it was built with a policy of its own (``NoRetryPolicy`` stays off). Its
-    requests go over kept-alive connections (``keepalive``)."""
-    keepalive.adopt(client)
+    errors), unless it was built with a policy of its own (``NoRetryPolicy`` stays off)."""
     if type(client.retry_policy) is DefaultRetryPolicy:
         client.retry_policy = RETRY_POLICY
     if isinstance(client.retry_policy, TsmigrateRetryPolicy) and not isinstance(
