@@ -428,9 +428,16 @@ def _settle_heap() -> None:
     frozen with them. Capture makes objects by the hundred thousand, and the full collection
     they trigger walked all of those again: 5 to 10 µs of CPU per record on bench/capture.py's
     loop, 0.1 to 0.3 once frozen. Objects freed later by their counts are freed as before; only
-    what was alive when a capture was made stays frozen, once per capture (not per round)."""
+    what was alive when the first capture was made stays frozen, once per process."""
+    global _heap_settled
+    if _heap_settled:
+        return
+    _heap_settled = True
     gc.collect()
     gc.freeze()
+
+
+_heap_settled = False  # once per process: a freeze is for good, and a collection costs a pass
 
 
 def _key(pk: Iterable[tuple[str, Any]]) -> Key:
