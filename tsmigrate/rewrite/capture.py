@@ -688,15 +688,14 @@ class Capture:
     def _old_target_key(self, record: Record) -> Key | None:
         """The target key the row had before this write (from the origin columns), or None when
         the row did not exist before."""
-        if record.origin is None:
+        origin = record.origin
+        if origin is None:
             if self.transform.key_sources:
                 return None
             # The new key is built from source key columns only: the record's key says it.
-            values = self.transform.natural(record.key, [])
-            return _key(self.transform.target_key(values))
+            return self.transform.key_of(record.key, {})
         try:
-            values = self.transform.natural(record.key, list(record.origin.items()))
-            return _key(self.transform.target_key(values))
+            return self.transform.key_of(record.key, origin)
         except TsmigrateError:  # the old row could not be mapped: it never had a target row
             return None
 
@@ -705,24 +704,34 @@ class Capture:
         now: dict[Key, Change] = {}
         waiting: set[int] = set()
         running: set[int] = set()  # splits seen unfinished in this page: asked once per page
+        stats, touched, finished = self.stats, self.touched, self.finished_splits
+        old_target_key, split_of, change_type = self._old_target_key, self.split_of, self.change_type
         for record in records:
             source_key = record.key
-            old = self._old_target_key(record)
-            split = self.split_of(source_key)
-            if self.touched is not None:
-                self.touched.add(split)
-            for _, stamp in record.cells:
-                if stamp:
-                    self.stats.last_record_ms = max(self.stats.last_record_ms, stamp)
-            if split not in running and (split in self.finished_splits or self.split_done(split)):
-                self.finished_splits.add(split)
+            old = old_target_key(record)
+            split = split_of(source_key)
+            if touched is not None:
+                touched.add(split)
+            # The newest stamp of its cells: the record's time (``record_time``), else its read's
+            stamped = max(filter(None, map(_STAMP, record.cells)), default=None)
+            if stamped is None:
+                when = read_ms
+            else:
+                when = stamped
+                if stamped > stats.last_record_ms:
+                    stats.last_record_ms = stamped
+            if split in finished or (split not in running and self.split_done(split)):
+                finished.add(split)
                 into = now
             else:
                 into = self.dirty.setdefault(split, {})
                 waiting.add(split)
                 running.add(split)
-                self.stats.deferred += 1
-            into.setdefault(source_key, self.change_type()).add(record, record_time(record, read_ms), old)
+                stats.deferred += 1
+            change = into.get(source_key)
+            if change is None:
+                change = into[source_key] = change_type()
+            change.add(record, when, old)
         if now:
             self.sync(now)
             self.stats.applied += len(now)
@@ -825,7 +834,7 @@ class Capture:
         refused = set(self._write(rows.values()))
         again = {}
         for source_key, change, _row, _cells, new_key in planned:
-            if refused.intersection([new_key, *change.olds]):
+            if refused and refused.intersection([new_key, *change.olds]):
                 again[source_key] = change
             else:
                 self._carried(source_key)
@@ -849,6 +858,10 @@ class Capture:
         only the values the new key needs are decoded; fields of the old key that become
         attributes are encoded, stamped like the row's newest cell."""
         transform = self.transform
+        if not transform.added:  # the key alone needs the values
+            key = transform.key_of(source_key, row.values, source_key)
+            dropped = transform.dropped
+            return key, tuple([c for c in row.cells if c[0] not in dropped]) if dropped else row.cells
         values = transform.natural(source_key, list(row.values.items()))
         key = tuple(transform.target_key(values, list(source_key)))  # (name, value) pairs
         dropped = transform.dropped

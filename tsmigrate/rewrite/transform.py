@@ -46,10 +46,11 @@ _PK_TYPES: dict[str, frozenset[type]] = {
 
 Key = list[tuple[str, Any]]
 Cells = list[tuple[str, Any, int]]
+_ABSENT = object()
 
 
 def format_key(key: Iterable[tuple[str, Any]]) -> str:
-    return "(" + ", ".join(f"{name}={value!r}" for name, value in key) + ")"
+    return "(" + ", ".join([f"{name}={value!r}" for name, value in key]) + ")"
 
 
 class TransformError(TsmigrateError):
@@ -191,6 +192,15 @@ class RowTransform:
     # For each target key column, the source key column it is a plain copy of (None: computed)
     _pk_copies: list[int | None]
     _rekey: Rekey | None  # the fast path of ``page`` when the new key only moves columns
+    # The fast path of ``key_of`` where neither key derives a column and no custom transform
+    # runs: the source key's names, and each target key column's name and Python types
+    _plain: tuple[tuple[str, ...], tuple[tuple[str, frozenset[type]], ...]] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        source_pk, target_pk = self.source.primary_key, self.target.primary_key
+        if self._custom is None and not any(c.derivation for c in (*source_pk, *target_pk)):
+            self._plain = (tuple(c.name for c in source_pk),
+                           tuple((c.name, _PK_TYPES.get(c.type, frozenset())) for c in target_pk))
 
     @classmethod
     def build(
@@ -265,6 +275,36 @@ class RowTransform:
         except (KeyDerivationError, ValueError, TypeError) as exc:
             raise TransformError(source_key or [], f"{exc} (table {self.target.name!r} needs it)",
                                  self.source.name) from None
+
+    def key_of(self, pk: Sequence[tuple[str, Any]], attributes: dict[str, Any],
+               source_key: Key | None = None) -> tuple[tuple[str, Any], ...]:
+        """``target_key(natural(pk, attributes.items()), source_key)`` as a tuple, for
+        ``attributes`` given once each (a dict: the newest value of each column): where neither
+        key derives a column (``_plain``), the values are looked up directly; anything else,
+        and any key that does not fit (the error it raises), takes the general path."""
+        plain = self._plain
+        if plain is not None:
+            names, columns = plain
+            if len(pk) == len(names):
+                values = {}
+                for (name, value), expected in zip(pk, names, strict=True):
+                    if name != expected:
+                        break
+                    values[name] = value
+                else:
+                    sources = self.key_sources
+                    for name, value in attributes.items():
+                        if name in sources and name not in values:
+                            values[name] = value
+                    key = []
+                    for name, allowed in columns:
+                        value = values.get(name, _ABSENT)
+                        if type(value) not in allowed:
+                            break  # absent, or of another type: the general path says which
+                        key.append((name, value))
+                    else:
+                        return tuple(key)
+        return tuple(self.target_key(self.natural(pk, list(attributes.items())), source_key))
 
     def apply(self, pk: Sequence[tuple[str, Any]], columns: Sequence[Sequence[Any]]) -> TargetRow:
         """The target row of a source row; ``columns`` are (name, value, timestamp), every version."""
