@@ -1,6 +1,6 @@
 """Models for services: rows, queries, batches, derived keys and table families, on the
 official SDK, with the same API on ``OTSClient`` (``Rows``) and ``AsyncOTSClient``
-(``AsyncRows``). See the README sections "Public API" and "Models for services".
+(``AsyncRows``). See the README sections "Public API" and "Using the models in a service".
 
 ``__all__`` is this package's public API, every error a service can meet included (the routing
 errors of a table a rewrite moves among them); its modules are internal."""
