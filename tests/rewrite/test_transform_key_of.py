@@ -22,6 +22,9 @@ BY_HASHED_KEYWORD = Table("serp_by_hash",
                           [PrimaryKeyColumn("pk", "STRING", derivation=HashPrefix("keyword", 4, "|")),
                            PrimaryKeyColumn("request_id", "STRING"), PrimaryKeyColumn("n", "INTEGER")],
                           replaces="serp")
+BY_KEYWORD_ONLY = Table("serp_keywords", [PrimaryKeyColumn("keyword", "STRING")],
+                        attributes=[AttributeColumn("request_id", "STRING"), AttributeColumn("n", "INTEGER")],
+                        replaces="serp")
 SETTINGS = settings(max_examples=300, deadline=None)
 
 _VALUE = st.one_of(st.text(max_size=6), st.integers(-5, 5), st.binary(max_size=3), st.none())
@@ -52,7 +55,7 @@ def _plausible_pk(draw: st.DrawFn) -> list:
 
 
 @SETTINGS
-@given(st.data(), st.sampled_from([BY_KEYWORD, BY_HASHED_KEYWORD]), st.booleans())
+@given(st.data(), st.sampled_from([BY_KEYWORD, BY_HASHED_KEYWORD, BY_KEYWORD_ONLY]), st.booleans())
 def test_the_key_of_a_source_key_and_its_values_is_the_general_paths(data, target, as_tuple) -> None:
     transform = RowTransform.build(SOURCE, target)
     pk = _plausible_pk(data.draw)
@@ -67,4 +70,5 @@ def test_the_key_of_a_source_key_and_its_values_is_the_general_paths(data, targe
 
 def test_only_keys_without_derived_columns_or_custom_transform_take_the_direct_path() -> None:
     assert RowTransform.build(SOURCE, BY_KEYWORD)._plain is not None
+    assert RowTransform.build(SOURCE, BY_KEYWORD_ONLY)._plain is not None
     assert RowTransform.build(SOURCE, BY_HASHED_KEYWORD)._plain is None

@@ -9,7 +9,8 @@
  * a page of stream records and the rows BatchGetRow returns walked once each (row_cells,
  * row_versions, records, raw_rows), keys encoded (key_row, key_cells), a target row's merge
  * (merge_columns), its changes in order (row_changes) and their UpdateRow bodies (update_bodies),
- * and the two protobuf answers capture reads the most (batch_get_rows, stream_records).
+ * the two protobuf answers capture reads the most (batch_get_rows, stream_records), and a
+ * target key of plain columns (plain_key, beside transform.RowTransform.key_of).
  *
  * Errors: ValueError for a truncated or malformed page (the callers raise PlainBufferError),
  * None from rekey_page for a row the fast path does not build (the caller's NotRekeyable), and
@@ -1909,6 +1910,103 @@ done:
     return result;
 }
 
+/* plain_key(pk, attributes, source_names, sources, target_names, allowed): the target key of a
+ * source key and the newest values of its columns where neither key derives a column
+ * (transform.RowTransform.key_of, whose general path is its Python twin): the source key's
+ * columns, named as ``source_names`` says in that order, then the values of ``attributes`` (a
+ * dict) whose names are in ``sources``, give each column of ``target_names`` its value, which
+ * must be of a type in its ``allowed`` frozenset. A tuple of (name, value), or None for
+ * anything else (names out of order, a column missing, a value of another type, a key that is
+ * not (name, value) pairs): the general path then gives the key or the error. */
+static PyObject *plain_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[1]) || !PyTuple_Check(args[2]) || !PyAnySet_Check(args[3])
+        || !PyTuple_Check(args[4]) || !PyTuple_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_key(pk, attributes, source_names, sources, target_names, allowed)");
+        return NULL;
+    }
+    PyObject *pk = args[0], *attributes = args[1], *source_names = args[2], *sources = args[3];
+    PyObject *target_names = args[4], *allowed = args[5];
+    Py_ssize_t width = PyTuple_GET_SIZE(target_names);
+    if (PyTuple_GET_SIZE(allowed) != width)
+        Py_RETURN_NONE;
+    PyObject *items = PySequence_Fast(pk, "a key is a sequence of (name, value)");
+    if (items == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    PyObject *result = NULL;
+    if (n != PyTuple_GET_SIZE(source_names))
+        goto none;
+    PyObject **cells = PySequence_Fast_ITEMS(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = cells[i];
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+            goto none;
+        int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(source_names, i), Py_EQ);
+        if (same < 0)
+            goto fail;
+        if (!same)
+            goto none;
+    }
+    result = PyTuple_New(width);
+    if (result == NULL)
+        goto fail;
+    for (Py_ssize_t j = 0; j < width; j++) {
+        PyObject *name = PyTuple_GET_ITEM(target_names, j);
+        PyObject *value = NULL;
+        PyObject *pair = NULL;
+        for (Py_ssize_t i = 0; i < n && value == NULL; i++) { /* the key's own columns first */
+            int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(source_names, i), name, Py_EQ);
+            if (same < 0)
+                goto fail;
+            if (same) {
+                pair = cells[i];
+                value = PyTuple_GET_ITEM(pair, 1);
+            }
+        }
+        if (value == NULL) {
+            int wanted = PySet_Contains(sources, name);
+            if (wanted < 0)
+                goto fail;
+            if (wanted) {
+                value = PyDict_GetItemWithError(attributes, name);
+                if (value == NULL && PyErr_Occurred())
+                    goto fail;
+            }
+            if (value == NULL)
+                goto none; /* the row has no such column */
+        }
+        PyObject *types = PyTuple_GET_ITEM(allowed, j);
+        if (!PyAnySet_Check(types))
+            goto none;
+        int fits = PySet_Contains(types, (PyObject *)Py_TYPE(value));
+        if (fits < 0)
+            goto fail;
+        if (!fits)
+            goto none;
+        if (pair != NULL && PyTuple_CheckExact(pair) && PyTuple_GET_ITEM(pair, 0) == name) {
+            Py_INCREF(pair); /* the key's own (name, value), as it is */
+        } else {
+            pair = atomic(PyTuple_Pack(2, name, value));
+            if (pair == NULL)
+                goto fail;
+        }
+        PyTuple_SET_ITEM(result, j, pair);
+    }
+    Py_DECREF(items);
+    return atomic(result);
+none:
+    Py_XDECREF(result);
+    Py_DECREF(items);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(result);
+    Py_DECREF(items);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"page_totals", (PyCFunction)page_totals, METH_O,
      "page_totals(buf) -> (rows, sum of digests): rowbytes.page_totals, compiled."},
@@ -1935,6 +2033,9 @@ static PyMethodDef methods[] = {
      "update_bodies(pk_cells, pk_crcs, changes, max_cells) -> [bytes] or None: UpdateRow rounds, compiled."},
     {"batch_get_rows", (PyCFunction)batch_get_rows, METH_O,
      "batch_get_rows(body) -> [(is_ok, row)] of BatchGetRowResponse.tables[0], or None."},
+    {"plain_key", (PyCFunction)(void (*)(void))plain_key, METH_FASTCALL,
+     "plain_key(pk, attributes, source_names, sources, target_names, allowed) -> key or None: "
+     "transform.RowTransform.key_of's direct path, compiled."},
     {"stream_records", (PyCFunction)stream_records, METH_O,
      "stream_records(body) -> ([(action_type, record, origin or None)], next iterator or None)."},
     {NULL, NULL, 0, NULL},

@@ -829,7 +829,8 @@ class Capture:
                     self._vacate(rows[old], source_key, when)
         for _source_key, change, _row, cells, new_key in planned:
             if new_key is not None:
-                arrived = change.arrived or any(old != new_key for old in change.olds)
+                # It arrived, or left another key: olds hold a key besides new_key
+                arrived = change.arrived or len(change.olds) > (new_key in change.olds)
                 self._merge(rows[new_key], cells, change, arrived)
         refused = set(self._write(rows.values()))
         again = {}

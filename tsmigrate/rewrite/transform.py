@@ -40,13 +40,17 @@ from tsmigrate.rewrite.rowbytes import (
 )
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 
+try:
+    from tsmigrate.rewrite._rowwalk import plain_key as _plain_key
+except ImportError:  # not built (no C compiler), or built before plain_key: the general path
+    _plain_key = None
+
 _PK_TYPES: dict[str, frozenset[type]] = {
     STRING: frozenset({str}), INTEGER: frozenset({int}), BINARY: frozenset({bytes, bytearray}),
 }
 
 Key = list[tuple[str, Any]]
 Cells = list[tuple[str, Any, int]]
-_ABSENT = object()
 
 
 def format_key(key: Iterable[tuple[str, Any]]) -> str:
@@ -192,15 +196,15 @@ class RowTransform:
     # For each target key column, the source key column it is a plain copy of (None: computed)
     _pk_copies: list[int | None]
     _rekey: Rekey | None  # the fast path of ``page`` when the new key only moves columns
-    # The fast path of ``key_of`` where neither key derives a column and no custom transform
-    # runs: the source key's names, and each target key column's name and Python types
-    _plain: tuple[tuple[str, ...], tuple[tuple[str, frozenset[type]], ...]] | None = None
+    # ``key_of``'s compiled path where neither key derives a column and no custom transform
+    # runs: the source key's names, the target key's names and the Python types each takes
+    _plain: tuple[tuple[str, ...], tuple[str, ...], tuple[frozenset[type], ...]] | None = None
 
     def __attrs_post_init__(self) -> None:
         source_pk, target_pk = self.source.primary_key, self.target.primary_key
         if self._custom is None and not any(c.derivation for c in (*source_pk, *target_pk)):
-            self._plain = (tuple(c.name for c in source_pk),
-                           tuple((c.name, _PK_TYPES.get(c.type, frozenset())) for c in target_pk))
+            self._plain = (tuple(c.name for c in source_pk), tuple(c.name for c in target_pk),
+                           tuple(_PK_TYPES.get(c.type, frozenset()) for c in target_pk))
 
     @classmethod
     def build(
@@ -279,31 +283,16 @@ class RowTransform:
     def key_of(self, pk: Sequence[tuple[str, Any]], attributes: dict[str, Any],
                source_key: Key | None = None) -> tuple[tuple[str, Any], ...]:
         """``target_key(natural(pk, attributes.items()), source_key)`` as a tuple, for
-        ``attributes`` given once each (a dict: the newest value of each column): where neither
-        key derives a column (``_plain``), the values are looked up directly; anything else,
-        and any key that does not fit (the error it raises), takes the general path."""
+        ``attributes`` given once each (a dict: the newest value of each column). Where neither
+        key derives a column (``_plain``) and the compiled walks are built, one call looks the
+        values up (``_rowwalk.plain_key``); anything else, and any key that does not fit (the
+        error it raises), takes the general path."""
         plain = self._plain
-        if plain is not None:
-            names, columns = plain
-            if len(pk) == len(names):
-                values = {}
-                for (name, value), expected in zip(pk, names, strict=True):
-                    if name != expected:
-                        break
-                    values[name] = value
-                else:
-                    sources = self.key_sources
-                    for name, value in attributes.items():
-                        if name in sources and name not in values:
-                            values[name] = value
-                    key = []
-                    for name, allowed in columns:
-                        value = values.get(name, _ABSENT)
-                        if type(value) not in allowed:
-                            break  # absent, or of another type: the general path says which
-                        key.append((name, value))
-                    else:
-                        return tuple(key)
+        if plain is not None and _plain_key is not None:
+            source_names, names, allowed = plain
+            key = _plain_key(pk, attributes, source_names, self.key_sources, names, allowed)
+            if key is not None:
+                return key
         return tuple(self.target_key(self.natural(pk, list(attributes.items())), source_key))
 
     def apply(self, pk: Sequence[tuple[str, Any]], columns: Sequence[Sequence[Any]]) -> TargetRow:
