@@ -19,13 +19,15 @@ logging.getLogger("tablestore-client").setLevel(logging.INFO)
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker more than the CPUs. Many integration tests spend seconds waiting
-    (a fence's lease, a late-write bound, a request held in the network) with the CPU idle; a
-    third worker on two cores runs during those waits (the suite took 261 s with 3 workers and
-    280 to 297 s with 2 on this 2-core machine, same commit)."""
+    """`-n auto`: two workers a CPU. Many integration tests spend seconds waiting (a fence's
+    lease, a late-write bound, a request held in the network, writers against a cut-over) with
+    the CPU idle, and other workers run during those waits: on this 2-core machine the suite
+    took 232 s with 4 workers against 337 s with 3 (same commit, be5aa71; the 3-worker run
+    shared the machine with more other work), and 261 s with 3 against 280 to 297 s with 2
+    earlier."""
     import os
 
-    return (os.cpu_count() or 1) + 1
+    return 2 * (os.cpu_count() or 1)
 
 
 def _short_write_samples() -> None:
