@@ -572,11 +572,11 @@ class Capture:
         budget_s = STEP_BUDGET_S if budget_s is None else budget_s
         self._discover()
         self._resolve_finished_splits()
-        readable = [s for s in self.shards.values() if not s.done and s.iterator is not None
-                    and self._parents_done(s)]
-        works = [ShardWork(s.shard_id, s.iterator, tuple(s.parents), frozenset(self.finished_splits),
-                           budget_s, self.synced is not None)
-                 for s in readable if s.iterator is not None]
+        finished = frozenset(self.finished_splits)
+        works = [ShardWork(s.shard_id, s.iterator, tuple(s.parents), finished, budget_s,
+                           self.synced is not None)
+                 for s in self.shards.values()
+                 if not s.done and s.iterator is not None and self._parents_done(s)]
         started = time.monotonic()
         outcomes = self.runner.run(self, works) if works else []
         read = 0
@@ -586,9 +586,9 @@ class Capture:
         elapsed = max(time.monotonic() - started, 1e-6)
         drained = all(o.drained for o in outcomes)
         # A child whose parents ended during this round is read in the next one.
-        unread = any(s.shard_id not in {o.shard_id for o in outcomes} and not s.done
-                     and s.iterator is not None and self._parents_done(s)
-                     for s in self.shards.values())
+        visited = {work.shard_id for work in works}
+        unread = any(s.shard_id not in visited and not s.done and s.iterator is not None
+                     and self._parents_done(s) for s in self.shards.values())
         self.stats.caught_up = drained and not unread and not self.dirty and all(
             not s.pending for s in self.shards.values())
         self.stats.records_per_s = round(read / elapsed, 1) if outcomes else 0.0
