@@ -210,30 +210,13 @@ def test_apply_killed_at_random_moments_resumes_to_an_equal_target(tmp_path, ots
     project, _ = _source(tmp_path, ots_instance, rows)
     client = ots_instance.client()
     rng = random.Random(11)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
     copied_at_kills = []
     for attempt in range(3):
         # The process stops (for good) right after its checkpoint number `after`: the kill lands
         # there, on that event, however slow or fast the machine is.
-        marker = tmp_path / f"stalled-{attempt}"
-        env = {**environ, **_env(ots_instance), rt.STALL_AFTER: str(rng.randint(1, 4)),
-               rt.STALL_MARKER: str(marker), rt.PAGE_ROWS: "100"}
-        with open(tmp_path / f"stderr-{attempt}", "w+") as stderr:
-            process = subprocess.Popen(
-                [sys.executable, "-c", rt.STALLING_CLI, "apply", "--yes", "--workers", "2",
-                 "--max-rows-per-s", "20000"],
-                cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-                stdin=subprocess.DEVNULL)
-            try:
-                deadline = time.monotonic() + 120
-                while not marker.exists():
-                    assert process.poll() is None, (tmp_path / f"stderr-{attempt}").read_text()
-                    assert time.monotonic() < deadline, "the apply never reached its checkpoint"
-                    time.sleep(0.01)
-            finally:
-                process.send_signal(signal.SIGKILL)
-                process.wait(60)
-        assert process.returncode == -signal.SIGKILL
+        _killed_on_marker(tmp_path, project, ots_instance, f"{attempt}", rt.STALLING_CLI,
+                          {rt.STALL_AFTER: str(rng.randint(1, 4)), rt.PAGE_ROWS: "100"},
+                          "apply", "--yes", "--workers", "2", "--max-rows-per-s", "20000")
         copied_at_kills.append(_copied(client))
     # Every killed run went on from where the one before it stopped, and none got to the end.
     assert 0 < copied_at_kills[0] < copied_at_kills[1] < copied_at_kills[2] < rows
@@ -380,21 +363,23 @@ def _updates(client, rows: int, round_number: int) -> None:
         assert client.batch_write_row(request).is_all_succeed()
 
 
-def _killed_on_marker(tmp_path: Path, project: Path, ots, name: str, *args: str) -> str:
-    """`tsmigrate ARGS` in a process of its own, its capture stalled mid-page on its second batch
-    of updates, killed there with SIGKILL; what the marker says was written."""
+def _killed_on_marker(tmp_path: Path, project: Path, ots, name: str, script: str,
+                      stall: dict[str, str], *args: str) -> str:
+    """`tsmigrate ARGS` in a process of its own through ``script`` (``rt.STALLING_CLI``: stalled
+    after a split checkpoint; ``rt.STALLING_CAPTURE_CLI``: its capture stalled mid-page), with
+    ``stall`` saying where, killed there with SIGKILL; what the marker says."""
     marker = tmp_path / f"stalled-{name}"
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("TSMIGRATE_", "ALIBABA_"))}
-    env = {**environ, **_env(ots), rt.STALL_AFTER: "2", rt.STALL_MARKER: str(marker)}
+    env = {**environ, **_env(ots), **stall, rt.STALL_MARKER: str(marker)}
     with open(tmp_path / f"stderr-{name}", "w+") as stderr:
-        process = subprocess.Popen([sys.executable, "-c", rt.STALLING_CAPTURE_CLI, *args], cwd=project,
+        process = subprocess.Popen([sys.executable, "-c", script, *args], cwd=project,
                                    env=env, stdout=subprocess.DEVNULL, stderr=stderr,
                                    stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 120
             while not marker.exists():
                 assert process.poll() is None, (tmp_path / f"stderr-{name}").read_text()
-                assert time.monotonic() < deadline, "capture never stalled"
+                assert time.monotonic() < deadline, "the process never stalled where asked"
                 time.sleep(0.01)
         finally:
             process.send_signal(signal.SIGKILL)
@@ -414,8 +399,9 @@ def test_follow_killed_mid_page_with_four_workers_loses_nothing(tmp_path, ots_in
     for number in range(3):
         _updates(client, rows, number)
     before = machine.load(client, "readings_by_seq").doc["capture"]
-    said = _killed_on_marker(tmp_path, project, ots_instance, "follow", "rewrite", "follow",
-                             "readings_by_seq", "--workers", "4")
+    said = _killed_on_marker(tmp_path, project, ots_instance, "follow", rt.STALLING_CAPTURE_CLI,
+                             {rt.STALL_AFTER: "2"}, "rewrite", "follow", "readings_by_seq",
+                             "--workers", "4")
     assert "of a page written to readings_by_seq" in said
     # The killed run kept no position past the page it was killed in: its shard is read again.
     after = machine.load(client, "readings_by_seq").doc["capture"]
@@ -449,8 +435,9 @@ def test_apply_killed_mid_page_of_capture_with_several_workers_loses_nothing(
     writer = threading.Thread(target=services, daemon=True)
     writer.start()
     try:
-        said = _killed_on_marker(tmp_path, project, ots_instance, "apply", "apply", "--yes",
-                                 "--workers", "4", "--max-rows-per-s", "1500")
+        said = _killed_on_marker(tmp_path, project, ots_instance, "apply", rt.STALLING_CAPTURE_CLI,
+                                 {rt.STALL_AFTER: "2"}, "apply", "--yes", "--workers", "4",
+                                 "--max-rows-per-s", "1500")
     finally:
         writing.set()
         writer.join(30)
