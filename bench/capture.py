@@ -14,7 +14,12 @@ earlier checkout, e.g. `git worktree add /tmp/base HEAD~1`) the rounds alternate
 trees (workers 1 only there, unless that tree has ``tsmigrate.rewrite.shards``):
 
 records=N records_per_s_w1=R1 [records_per_s_w2=R2 ...] capture_cpu_us_per_record=X
-    [against_cpu_us_per_record=Y cpu_ratio=Y/X]
+    server_cpu_us_per_record=S [against_cpu_us_per_record=Y cpu_ratio=Y/X]
+
+``server_cpu_us_per_record``: the local server's CPU (its process's utime + stime) over the same
+records. It shares the machine: where capture's records/s stop growing with K while the two CPU
+figures times the rate near the cores, the server, not capture, is the bound (compare a larger
+``--latency-ms``).
 
 The CPU figure is the best round of the fewest workers given (threads of one process contend
 for the GIL, which adds CPU per record as K grows).
@@ -39,7 +44,7 @@ logging.getLogger("tablestore").addHandler(logging.NullHandler())
 
 import attrs  # noqa: E402
 import tablestore as ts  # noqa: E402
-from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
+from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E402
 
 YEAR_S = 366 * 86400
 IGNORE = ts.Condition("IGNORE")
@@ -127,28 +132,33 @@ def child(endpoint: str, round_id: str, rows: int, records: int, workers: int) -
 
             follower.runner = shards.Inline()
     read = 0
+    server_pid = int(os.environ["BENCH_SERVER_PID"])
+    server_start = cpu_s_of(server_pid)
     start, started = time.process_time(), time.monotonic()
     while True:
         read += follower.step()
         if follower.stats.caught_up:
             break
     cpu_s, wall_s = time.process_time() - start, time.monotonic() - started
-    print(f"records={read} cpu_s={cpu_s:.4f} wall_s={wall_s:.4f} stats={attrs.asdict(follower.stats)}")
+    server_s = cpu_s_of(server_pid) - server_start
+    print(f"records={read} cpu_s={cpu_s:.4f} wall_s={wall_s:.4f} server_cpu_s={server_s:.4f} "
+          f"stats={attrs.asdict(follower.stats)}")
 
 
-def _round(tree: Path, endpoint: str, round_id: str, rows: int, records: int,
-           workers: int) -> tuple[int, float, float]:
+def _round(tree: Path, endpoint: str, server_pid: int, round_id: str, rows: int, records: int,
+           workers: int) -> tuple[int, float, float, float]:
     # The rewrite's workers connect as the environment says: the bench server's own keys.
     env = {**os.environ, "PYTHONPATH": str(tree), "TSMIGRATE_ENDPOINT": endpoint,
            "TSMIGRATE_INSTANCE": INSTANCE, "ALIBABA_CLOUD_ACCESS_KEY_ID": AK_ID,
-           "ALIBABA_CLOUD_ACCESS_KEY_SECRET": AK_SECRET}
+           "ALIBABA_CLOUD_ACCESS_KEY_SECRET": AK_SECRET, "BENCH_SERVER_PID": str(server_pid)}
     done = subprocess.run([sys.executable, __file__, "--child", endpoint, round_id, "--rows", str(rows),
                            "--records", str(records), "--workers", str(workers)],
                           env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"round in {tree} failed: {done.stderr[-3000:]}")
-    fields = dict(f.split("=", 1) for f in done.stdout.split()[:3])
-    return int(fields["records"]), float(fields["cpu_s"]), float(fields["wall_s"])
+    fields = dict(f.split("=", 1) for f in done.stdout.split()[:4])
+    return (int(fields["records"]), float(fields["cpu_s"]), float(fields["wall_s"]),
+            float(fields["server_cpu_s"]))
 
 
 def main() -> None:
@@ -171,6 +181,7 @@ def main() -> None:
     trees = {"this": here, **({"against": args.against.resolve()} if args.against else {})}
     cpu: dict[tuple[str, int], float] = {}
     rate: dict[tuple[str, int], float] = {}
+    server_cpu: dict[tuple[str, int], float] = {}
     records = 0
     server, endpoint = start_server("--memory", "--stream-shards", str(args.shards),
                                     "--latency-ms", str(args.latency_ms))
@@ -178,10 +189,12 @@ def main() -> None:
         for turn in range(args.repeat):
             for workers in counts:
                 for name, tree in trees.items():
-                    records, cpu_s, wall_s = _round(tree, endpoint, f"{name}{turn}w{workers}", args.rows,
-                                                    args.records, workers)
+                    records, cpu_s, wall_s, server_s = _round(tree, endpoint, server.pid,
+                                                              f"{name}{turn}w{workers}", args.rows,
+                                                              args.records, workers)
                     key = (name, workers)
                     cpu[key] = min(cpu.get(key, cpu_s), cpu_s)
+                    server_cpu[key] = min(server_cpu.get(key, server_s), server_s)
                     rate[key] = max(rate.get(key, 0.0), records / wall_s)
     finally:
         server.terminate()
@@ -189,7 +202,9 @@ def main() -> None:
     fewest = min(counts)
     mine = cpu[("this", fewest)] / records * 1e6
     rates = " ".join(f"records_per_s_w{k}={rate[('this', k)]:.0f}" for k in counts)
-    line = f"records={records} {rates} capture_cpu_us_per_record={mine:.1f}"
+    serving = server_cpu[("this", fewest)] / records * 1e6
+    line = (f"records={records} {rates} capture_cpu_us_per_record={mine:.1f} "
+            f"server_cpu_us_per_record={serving:.1f}")
     if "against" in trees:
         theirs = cpu[("against", fewest)] / records * 1e6
         line += f" against_cpu_us_per_record={theirs:.1f} cpu_ratio={theirs / mine:.2f}"

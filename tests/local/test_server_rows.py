@@ -450,6 +450,18 @@ def test_batch_get_row(ots_client: OTSClient) -> None:
     assert [r.is_ok for r in result] == [True, True, False]
     assert attrs(result[0].row) == {"a": 1} and result[1].row is None
     assert result[2].error_code == "OTSInvalidPK"
+    # A full batch is answered in request order, an invalid key and a repeated one included
+    # (the server reads a batch's rows in a few queries, not one per key).
+    for n in range(0, 60, 3):
+        ots_client.put_row("t", Row([("k", "y"), ("n", n)], [("a", n)]))
+    keys = [[("k", "y"), ("n", n)] for n in range(60)] + [[("k", "y")]] + [[("k", "y"), ("n", 3)]] * 2
+    request = BatchGetRowRequest()
+    request.add(TableInBatchGetRowItem("t", keys, max_version=1))
+    result = ots_client.batch_get_row(request).get_result_by_table("t")
+    assert [attrs(r.row) if r.row else None for r in result[:60]] == [
+        {"a": n} if n % 3 == 0 else None for n in range(60)]
+    assert result[60].error_code == "OTSInvalidPK"
+    assert [attrs(r.row) for r in result[61:]] == [{"a": 3}, {"a": 3}]
     big = BatchGetRowRequest()
     big.add(TableInBatchGetRowItem("t", [[("k", "x"), ("n", i)] for i in range(101)], max_version=1))
     assert error_of(ots_client.batch_get_row, big).message == "Rows count exceeds the upper limit: 100."

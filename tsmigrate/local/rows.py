@@ -802,16 +802,21 @@ def batch_get_row(ctx: Context, req: pb.BatchGetRowRequest) -> pb.BatchGetRowRes
     with ctx.storage.lock:
         for item, table, spec, keys in plan:
             out = resp.tables.add(table_name=item.table_name)
+            encoded: list[bytes | OTSError] = []
             for pk in keys:
-                result = out.rows.add()
                 try:
-                    key = keycodec.encode_key(check_pk(table, pk))
+                    encoded.append(keycodec.encode_key(check_pk(table, pk)))
                 except OTSError as e:
+                    encoded.append(e)
+            stored_rows = ctx.storage.get_many(table.table_id, [k for k in encoded if isinstance(k, bytes)])
+            for key in encoded:
+                result = out.rows.add()
+                if isinstance(key, OTSError):
                     result.is_ok = False
-                    result.error.code = e.code
-                    result.error.message = e.message
+                    result.error.code = key.code
+                    result.error.message = key.message
                     continue
-                stored = ctx.storage.get(table.table_id, key)
+                stored = next(stored_rows)
                 data = rowdata.read(table, stored, spec, now_ms) if stored is not None else None
                 body = HEADER + data if data is not None else b""
                 if size and size + len(body) > PAGE_BYTES:
