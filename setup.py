@@ -1,7 +1,7 @@
-"""The compiled row walks of the rewrite (tsmigrate/rewrite/_rowwalk.c), built with the
-interpreter's own compiler flags. Optional: where no C compiler is found the install goes on and
-the rewrite runs the same walks in Python."""
+"""The compiled PlainBuffer walks (tsmigrate/wire/_rowwalk.c: the rewrite's row walks, stream
+records), built with the interpreter's own compiler flags. Optional: where no C compiler is found
+the install goes on and the same walks run in Python."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tsmigrate.rewrite._rowwalk", ["tsmigrate/rewrite/_rowwalk.c"], optional=True)])
+setup(ext_modules=[Extension("tsmigrate.wire._rowwalk", ["tsmigrate/wire/_rowwalk.c"], optional=True)])

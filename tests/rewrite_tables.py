@@ -150,7 +150,7 @@ def rows_read(ots_instance, table: str) -> Iterator[ReadCounter]:
     from tablestore.protobuf.table_store_pb2 import GetRangeResponse
 
     from tsmigrate.local import server as server_module
-    from tsmigrate.local.plainbuffer import decode_rows
+    from tsmigrate.wire.plainbuffer import decode_rows
 
     counter = ReadCounter(ots_instance.instance, table)
     request_cls, handler = server_module.HANDLERS["GetRange"]

@@ -8,6 +8,7 @@ import logging as _logging
 import sys as _sys
 import warnings as _warnings
 from types import ModuleType as _ModuleType
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 # The SDK warns on import that its optional C++ codec is missing (it uses Python's): a notice,
 # not a fault, that would open every service script's and test run's output. Set before any
@@ -15,17 +16,40 @@ from types import ModuleType as _ModuleType
 for _name in ("tablestore.encoder", "tablestore.decoder"):
     _logging.getLogger(_name).setLevel(_logging.ERROR)
 
-from tsmigrate.schema.families import Monthly  # noqa: E402 (after the SDK logger is set)
-from tsmigrate.schema.model import (  # noqa: E402
-    AccessPattern,
-    Column,
-    GlobalIndex,
-    LocalIndex,
-    Model,
-    PrimaryKey,
-    SearchField,
-    SearchIndex,
-)
+# The declarations load on first use (PEP 562), so that importing a part of tsmigrate that needs
+# none of them (the local server: `import tsmigrate.local.server`) loads no model or schema code.
+_PUBLIC = {
+    **dict.fromkeys(("AccessPattern", "Column", "GlobalIndex", "LocalIndex", "Model", "PrimaryKey",
+                     "SearchField", "SearchIndex"), "tsmigrate.schema.model"),
+    "Monthly": "tsmigrate.schema.families",
+}
+
+if _TYPE_CHECKING:
+    from tsmigrate.schema.families import Monthly
+    from tsmigrate.schema.model import (
+        AccessPattern,
+        Column,
+        GlobalIndex,
+        LocalIndex,
+        Model,
+        PrimaryKey,
+        SearchField,
+        SearchIndex,
+    )
+
+
+def __getattr__(name: str) -> object:
+    home = _PUBLIC.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tsmigrate' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
 
 # The public API is this package, tsmigrate.keys, tsmigrate.service, tsmigrate.schema,
 # tsmigrate.local.testing and tsmigrate.local.faults (README "Public API"; held by
@@ -43,8 +67,8 @@ __all__ = [
     "__version__",
 ]
 
-# Module paths that existed at a832d9a and moved (b856fd5, 969969e), importable under the old
-# name until a later release. Importing one warns (DeprecationWarning, naming the new path, at
+# Module paths that existed at a832d9a and moved (b856fd5, 969969e; the wire layer's since), importable
+# under the old name until a later release. Importing one warns (DeprecationWarning, naming the new path, at
 # the importing line) and gives the module it became, the very same object; an old module now
 # split in two gives a module holding both one's public names. No file of tsmigrate's stands at
 # these paths (the top level keeps to the layers README's Layout lists): a finder at the end of
@@ -59,6 +83,11 @@ _MOVED: dict[str, tuple[str, ...]] = {
         "state", "status", "target")},
     "tsmigrate.scaffold": ("tsmigrate.commands.scaffold",),
     "tsmigrate.service.family": ("tsmigrate.instance.archive", "tsmigrate.service.restore"),
+    # The wire protocol, out of the local server and the client side into its own layer (#40).
+    **{f"tsmigrate.local.{name}": (f"tsmigrate.wire.{name}",) for name in (
+        "plainbuffer", "protoext", "search_protocol", "table_protocol")},
+    "tsmigrate.instance.protowire": ("tsmigrate.wire.protowire",),
+    "tsmigrate.service.wire": ("tsmigrate.wire.rows",),
 }
 
 

@@ -70,8 +70,13 @@ def _readme_layout() -> list[str]:
     return entries
 
 
-def test_the_top_level_shows_at_most_fifteen_entries_each_in_the_readme():
-    assert len(_top_level()) <= 15, sorted(_top_level())
+# The package's own files, not layers or entry points: counted as issue #40 counts the top level.
+PACKAGE_FILES = {"__init__.py", "py.typed"}
+
+
+def test_the_top_level_shows_at_most_fifteen_layers_and_entry_points_each_in_the_readme():
+    layers = _top_level() - PACKAGE_FILES
+    assert len(layers) <= 15, sorted(layers)
     listed = _readme_layout()
     assert len(listed) == len(set(listed))
     assert set(listed) == _top_level()

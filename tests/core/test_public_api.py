@@ -75,6 +75,13 @@ MOVED = {
     "tsmigrate.target": ("tsmigrate.instance.target",),
     "tsmigrate.validate": ("tsmigrate.schema.validate",),
     "tsmigrate.service.family": ("tsmigrate.instance.archive", "tsmigrate.service.restore"),
+    # The wire protocol's own layer (#40)
+    "tsmigrate.local.plainbuffer": ("tsmigrate.wire.plainbuffer",),
+    "tsmigrate.local.protoext": ("tsmigrate.wire.protoext",),
+    "tsmigrate.local.search_protocol": ("tsmigrate.wire.search_protocol",),
+    "tsmigrate.local.table_protocol": ("tsmigrate.wire.table_protocol",),
+    "tsmigrate.instance.protowire": ("tsmigrate.wire.protowire",),
+    "tsmigrate.service.wire": ("tsmigrate.wire.rows",),
 }
 
 # What the old modules the README and services named defined at a832d9a.

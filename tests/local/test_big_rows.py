@@ -22,8 +22,8 @@ from tablestore import (
 )
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local.plainbuffer import encode_row
 from tsmigrate.local.testing import local_tablestore
+from tsmigrate.wire.plainbuffer import encode_row
 
 MiB = 1024 * 1024
 ROWS = 12

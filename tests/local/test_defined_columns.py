@@ -16,7 +16,7 @@ from tablestore import (
 )
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import table_protocol as tp
+from tsmigrate.wire import table_protocol as tp
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 

@@ -24,7 +24,7 @@ from tablestore.protobuf import table_store_filter_pb2 as fpb
 from tablestore.protobuf import table_store_pb2 as pb2
 
 from tsmigrate.local.filters import MAX_FILTER_COUNT, FilterError, compile_filter
-from tsmigrate.local.plainbuffer import INF_MIN, encode_value
+from tsmigrate.wire.plainbuffer import INF_MIN, encode_value
 
 SETTINGS = settings(max_examples=80, deadline=None)
 ENCODER = OTSProtoBufferEncoder("utf-8")

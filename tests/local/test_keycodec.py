@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tsmigrate.local.keycodec import encode_key
-from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN
+from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 COLUMN_TYPES = [INT64, st.booleans(), st.text(max_size=12), st.binary(max_size=12)]

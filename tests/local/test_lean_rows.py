@@ -38,11 +38,11 @@ from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import fastrow, keycodec
-from tsmigrate.local.plainbuffer import INF_MAX as MAX
-from tsmigrate.local.plainbuffer import INF_MIN as MIN
-from tsmigrate.local.plainbuffer import decode_row, encode_cell, encode_primary_key, encode_row
 from tsmigrate.local.storage import DB_FILE, FORMAT, Storage, StorageFormatError, StoredRow
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
+from tsmigrate.wire.plainbuffer import INF_MAX as MAX
+from tsmigrate.wire.plainbuffer import INF_MIN as MIN
+from tsmigrate.wire.plainbuffer import decode_row, encode_cell, encode_primary_key, encode_row
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 FULL = ([("k", INF_MIN), ("n", INF_MIN)], [("k", INF_MAX), ("n", INF_MAX)])

@@ -23,7 +23,9 @@ from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local import fastrow, keycodec, nativerow, rowdata
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.local.storage import StoredRow
+from tsmigrate.local.testing import LocalTablestore
+from tsmigrate.wire.plainbuffer import (
     AUTO_INCREMENT,
     HEADER,
     INF_MIN,
@@ -33,8 +35,6 @@ from tsmigrate.local.plainbuffer import (
     encode_primary_key_cells,
     encode_row,
 )
-from tsmigrate.local.storage import StoredRow
-from tsmigrate.local.testing import LocalTablestore
 
 pytestmark = pytest.mark.skipif(not nativerow.NATIVE_AVAILABLE, reason="the SDK has no native parser")
 

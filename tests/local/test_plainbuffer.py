@@ -19,8 +19,8 @@ from tablestore.plainbuffer.plain_buffer_coded_stream import PlainBufferCodedInp
 from tablestore.plainbuffer.plain_buffer_crc8 import CRC8_TABLE, PlainBufferCrc8
 from tablestore.plainbuffer.plain_buffer_stream import PlainBufferInputStream
 
-from tsmigrate.local import plainbuffer as pb
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.wire import plainbuffer as pb
+from tsmigrate.wire.plainbuffer import (
     AUTO_INCREMENT,
     HEADER,
     INF_MAX,

@@ -23,9 +23,9 @@ from tablestore import (
     TableOptions,
 )
 
-from tsmigrate.local.plainbuffer import logical_size
 from tsmigrate.local.storage import DB_FILE, StoredRow
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
+from tsmigrate.wire.plainbuffer import logical_size
 
 FULL = ([("k", INF_MIN), ("n", INF_MIN)], [("k", INF_MAX), ("n", INF_MAX)])
 IGNORE = Condition("IGNORE")

@@ -1,7 +1,7 @@
 """Search-index APIs of the local server through the SDK, and the reindex fields through raw requests.
 
 The reindex fields exist only in the Java SDK's proto; the raw requests here are built from
-`tsmigrate.local.search_protocol` and signed with the SDK's own signer.
+`tsmigrate.wire.search_protocol` and signed with the SDK's own signer.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from tablestore.auth import SignV2
 from tablestore.protobuf import search_pb2 as spb
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import search_protocol as sp
 from tsmigrate.local.auth import Credentials
 from tsmigrate.local.context import ServerOptions
 from tsmigrate.local.server import LocalServer
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
+from tsmigrate.wire import search_protocol as sp
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 DAY = 86400

@@ -21,8 +21,8 @@ from tablestore import (
     TableOptions,
 )
 
-from tsmigrate.local.plainbuffer import decode_value
 from tsmigrate.local.testing import LocalTablestore
+from tsmigrate.wire.plainbuffer import decode_value
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 

@@ -25,8 +25,8 @@ from tablestore import (
 )
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local.plainbuffer import OP_DELETE_ALL, OP_DELETE_ONE, decode_row
 from tsmigrate.local.testing import LocalTablestore, local_tablestore
+from tsmigrate.wire.plainbuffer import OP_DELETE_ALL, OP_DELETE_ONE, decode_row
 
 CU0 = ReservedThroughput(CapacityUnit(0, 0))
 TRIMMED = ("OTSTrimmedDataAccess", "Requested stream data is already trimmed or does not exist.")

@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tsmigrate.instance.state import State
-from tsmigrate.local.plainbuffer import Cell, Row
 from tsmigrate.rewrite import backfill, checkpoints
 from tsmigrate.rewrite.backfill import BackfillError, BackfillJob, RunOptions, UpdateWriter
 from tsmigrate.rewrite.job import ConnectionSpec
 from tsmigrate.rewrite.writer import RateLimiter
+from tsmigrate.wire.plainbuffer import Cell, Row
 
 TESTS = Path(__file__).resolve().parents[1]
 

@@ -17,11 +17,11 @@ import tablestore as ts
 from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.local.plainbuffer import decode_row, encode_cell
 from tsmigrate.rewrite import capture, driver, machine, writer
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.rewrite.rowbytes import cell_value
 from tsmigrate.rewrite.transform import RowTransform
+from tsmigrate.wire.plainbuffer import decode_row, encode_cell
 
 IDENTITY = "local:test"
 TARGET = attrs.evolve(rt.TARGET, replaces=rt.SOURCE.name)

@@ -1,4 +1,4 @@
-"""Capture's compiled paths (tsmigrate/rewrite/_rowwalk.c) against the Python they stand in for:
+"""Capture's compiled paths (tsmigrate/wire/_rowwalk.c) against the Python they stand in for:
 the same records, rows, cells (in the same order), changes and request bytes on any input, and
 the same kind of error on truncated input. Where the module is not built both sides are the
 Python, and the tests pass trivially."""
@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.instance.rawclient import StreamPage
-from tsmigrate.local import table_protocol
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.rewrite import capture, rowbytes, writer
+from tsmigrate.rewrite.capture import BatchGetRows, Record
+from tsmigrate.wire import table_protocol
+from tsmigrate.wire.plainbuffer import (
     HEADER,
     PlainBufferError,
     assemble_row,
@@ -21,8 +23,6 @@ from tsmigrate.local.plainbuffer import (
     encode_primary_key_cells,
     encode_row,
 )
-from tsmigrate.rewrite import capture, rowbytes, writer
-from tsmigrate.rewrite.capture import BatchGetRows, Record
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 _KEY_VALUE = st.one_of(st.text(max_size=12), INT64, st.binary(max_size=12))

@@ -8,13 +8,13 @@ import tablestore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.local.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows
 from tsmigrate.rewrite import rekey, rowbytes, splits
 from tsmigrate.rewrite.copy import copy_split
 from tsmigrate.rewrite.job import RewriteJob
 from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.rewrite.verify import DIFFERENT, verify
 from tsmigrate.schema import PrimaryKeyColumn, Table, TableOptions
+from tsmigrate.wire.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows
 
 OPTIONS = TableOptions(max_versions=3, max_time_deviation=rt.YEAR_S)
 # Search results keyed by request id, rewritten to be keyed by (keyword, day, request id):

@@ -6,16 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.local.plainbuffer import (
-    HEADER,
-    PlainBufferError,
-    assemble_row,
-    decode_rows,
-    encode_cell,
-    encode_primary_key,
-    encode_primary_key_cells,
-    join_rows,
-)
 from tsmigrate.rewrite.rowbytes import (
     cell_value,
     key_cell,
@@ -24,6 +14,16 @@ from tsmigrate.rewrite.rowbytes import (
     row_cells,
     row_digest,
     scan_rows,
+)
+from tsmigrate.wire.plainbuffer import (
+    HEADER,
+    PlainBufferError,
+    assemble_row,
+    decode_rows,
+    encode_cell,
+    encode_primary_key,
+    encode_primary_key_cells,
+    join_rows,
 )
 
 SETTINGS = settings(max_examples=150, deadline=None)

@@ -1,4 +1,4 @@
-"""The compiled row walks (tsmigrate/rewrite/_rowwalk.c) against the Python loops they replace:
+"""The compiled row walks (tsmigrate/wire/_rowwalk.c) against the Python loops they replace:
 the same rows, digests and sizes on any page, the same errors on truncated ones, and no crash on
 damaged bytes."""
 
@@ -16,16 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.rewrite import rekey, rowbytes
+from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
+from tsmigrate.rewrite.rowbytes import page_totals, page_totals_in_python
+from tsmigrate.wire.plainbuffer import (
     PlainBufferError,
     assemble_row,
     encode_cell,
     encode_primary_key_cells,
     join_rows,
 )
-from tsmigrate.rewrite import rekey, rowbytes
-from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
-from tsmigrate.rewrite.rowbytes import page_totals, page_totals_in_python
 
 # Keyed by (request_id, n); the new key is (keyword, day, request_id): day and keyword move.
 REKEY = Rekey(parts=((b"keyword", 0x03), (b"day", 0x00), 0), moved=frozenset({b"keyword", b"day"}))
@@ -140,7 +140,7 @@ def _compiler_and_headers() -> bool:
 def test_the_install_builds_the_compiled_walks_where_a_compiler_is_found() -> None:
     built = rekey._rowwalk is not None and rowbytes._rowwalk is not None
     assert built == _compiler_and_headers(), (
-        "tsmigrate/rewrite/_rowwalk.c should be built where a C compiler and the Python headers are "
+        "tsmigrate/wire/_rowwalk.c should be built where a C compiler and the Python headers are "
         f"(pip install -e . in {os.getcwd()}), and only there: built={built}")
 
 
@@ -186,7 +186,7 @@ def test_an_install_without_a_compiler_goes_on_and_walks_in_python(tmp_path: Pat
     code = (
         "import tsmigrate, tablestore\n"
         "from tsmigrate.rewrite import rekey, rowbytes\n"
-        "from tsmigrate.local.plainbuffer import encode_row\n"
+        "from tsmigrate.wire.plainbuffer import encode_row\n"
         f"assert tsmigrate.__file__.startswith({str(site)!r}), tsmigrate.__file__\n"
         "plan = rekey.Rekey(parts=((b'day', 0x00), 0), moved=frozenset({b'day'}))\n"
         "page = encode_row([('id', 'r1')], [('day', 7, 5), ('x', 'y', 5)])\n"

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsmigrate.keys import ALPHABETS, Concat, Descending, HashPrefix, TimeBucket
-from tsmigrate.local.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows
 from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.schema import AttributeColumn, DefinedColumn, PrimaryKeyColumn, Table
+from tsmigrate.wire.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows
 
 SETTINGS = settings(max_examples=120, deadline=None)
 

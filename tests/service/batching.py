@@ -6,7 +6,7 @@ from tablestore import OTSClient
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.instance import rawclient
-from tsmigrate.local.plainbuffer import decode_row
+from tsmigrate.wire.plainbuffer import decode_row
 
 
 class AnswerCountingClient(OTSClient):

@@ -6,9 +6,10 @@ from tablestore import metadata as md
 
 from tsmigrate.instance import rawclient
 from tsmigrate.local import rows as local_rows
-from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between, wire
+from tsmigrate.service import Attr, Exists, QueryError, Range, Rows, between
 from tsmigrate.service.calls import stream
 from tsmigrate.service.query import Query, range_op
+from tsmigrate.wire import rows as wire
 
 
 def _load(readings, device, count, **extra):

@@ -11,10 +11,11 @@ from tablestore.native import parse_multiple_rows
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate import Column, Model, PrimaryKey
-from tsmigrate.local.plainbuffer import encode_row, join_rows
-from tsmigrate.service import Attr, Range, Rows, create_tables, wire
+from tsmigrate.service import Attr, Range, Rows, create_tables
 from tsmigrate.service.batch import Update
 from tsmigrate.service.conditions import sdk_condition
+from tsmigrate.wire import rows as wire
+from tsmigrate.wire.plainbuffer import encode_row, join_rows
 
 IGNORE = md.Condition(md.RowExistenceExpectation.IGNORE)
 ODD = ["", "é ✓", "x" * 300]  # empty, non-ASCII, longer than a one-byte varint

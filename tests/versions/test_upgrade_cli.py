@@ -19,9 +19,9 @@ from cliproject import CREDENTIALS, env, run
 from scriptdir import write_script
 
 from tsmigrate.instance.state import STATE_TABLE, State
-from tsmigrate.local.plainbuffer import decode_rows
 from tsmigrate.local.testing import local_tablestore
 from tsmigrate.rewrite import backfill, checkpoints
+from tsmigrate.wire.plainbuffer import decode_rows
 
 REGIONS = ("eu", "us", "ap")
 MODEL = """

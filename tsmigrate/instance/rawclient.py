@@ -28,10 +28,10 @@ from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.instance import retry
-from tsmigrate.local import plainbuffer, search_protocol, table_protocol
+from tsmigrate.wire import plainbuffer, search_protocol, table_protocol
 
 try:
-    from tsmigrate.rewrite import _rowwalk
+    from tsmigrate.wire import _rowwalk
 except ImportError:  # installed where no C compiler was found: answers read in Python
     _rowwalk = None
 

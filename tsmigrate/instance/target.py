@@ -271,7 +271,7 @@ def _running_server_client(holder: Any, instance: str, client_options: dict[str,
     is its `ownership.Holder`): the data is opened by one process only."""
     from tablestore import OTSClient
 
-    from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+    from tsmigrate.wire.signing import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 
     where = f"the local server running on {LOCAL_DATA} ({holder.describe()})"
     if not holder.serves(instance):

@@ -1,14 +1,11 @@
-"""Request verification (content MD5, date skew, V2/V4 signatures, STS tokens) and response signing.
-
-The formulas mirror `tablestore.auth` and `tablestore.protocol` of SDK 6.4.8: the server must know
-each client's secret because responses are signed with the same key as the request.
+"""Request verification (content MD5, date skew, V2/V4 signatures, STS tokens); the formulas,
+and response signing, are the wire protocol's (``tsmigrate.wire.signing``). The server must
+know each client's secret because responses are signed with the same key as the request.
 """
 
 from __future__ import annotations
 
-import base64
 import calendar
-import hashlib
 import hmac
 import re
 from collections.abc import Mapping
@@ -16,11 +13,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tsmigrate.local.errors import auth_failed, echo, invalid
+from tsmigrate.wire.signing import (  # noqa: F401 (the server's defaults, named here too)
+    DEFAULT_ACCESS_KEY_ID,
+    DEFAULT_ACCESS_KEY_SECRET,
+    content_md5,
+    request_signature,
+    sign_response,
+    v4_signing_key,
+)
 
 MAX_SKEW_S = 15 * 60
-# Credentials a local server accepts unless told otherwise (they guard nothing of value).
-DEFAULT_ACCESS_KEY_ID = "local"
-DEFAULT_ACCESS_KEY_SECRET = "local-secret"
 _REQUIRED = (
     "x-ots-date",
     "x-ots-apiversion",
@@ -28,7 +30,6 @@ _REQUIRED = (
     "x-ots-instancename",
     "x-ots-contentmd5",
 )
-_SIGNATURE_HEADERS = ("x-ots-signature", "x-ots-signaturev4")
 _DATE_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,6})?Z\Z")
 
 
@@ -47,10 +48,6 @@ class Caller:
     signing_key: bytes  # the key the response is signed with (secret, or derived V4 key)
 
 
-def content_md5(body: bytes) -> str:
-    return base64.b64encode(hashlib.md5(body).digest()).decode()
-
-
 @lru_cache(maxsize=64)  # the SDK sends whole seconds: requests in a second share their date
 def parse_ots_date(text: str) -> float:
     """Seconds since the epoch of an `x-ots-date` value; ValueError if it is malformed."""
@@ -59,24 +56,6 @@ def parse_ots_date(text: str) -> float:
         raise ValueError(text)
     parts = tuple(int(g) for g in m.groups())
     return float(calendar.timegm((*parts, 0, 0, 0)))
-
-
-@lru_cache(maxsize=256)
-def v4_signing_key(secret: str, sign_date: str, region: str) -> bytes:
-    key = ("aliyun_v4" + secret).encode()
-    for part in (sign_date, region, "ots", "aliyun_v4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    # The SDK signs with the base64 *text* of the derived key.
-    return base64.b64encode(key)
-
-
-def canonical_headers(headers: Mapping[str, str]) -> str:
-    items = sorted(
-        f"{k}:{v.strip()}"
-        for k, v in headers.items()
-        if k.startswith("x-ots-") and k not in _SIGNATURE_HEADERS
-    )
-    return "\n".join(items)
 
 
 def verify_request(
@@ -106,14 +85,13 @@ def verify_request(
         raise auth_failed(
             "Mismatch between MD5 value of request body and x-ots-contentmd5 in header."
         )
-    canonical = f"{uri}\nPOST\n{query}\n{canonical_headers(headers)}\n"
     if "x-ots-signaturev4" in headers:
         key = _v4_key(headers, secret)
-        expected = _b64_hmac(key, (canonical + "ots").encode(), "sha256")
+        expected = request_signature(uri, query, headers, key, v4=True)
         given = headers["x-ots-signaturev4"]
     elif "x-ots-signature" in headers:
         key = secret.encode()
-        expected = _b64_hmac(key, canonical.encode(), "sha1")
+        expected = request_signature(uri, query, headers, key, v4=False)
         given = headers["x-ots-signature"]
     else:
         raise invalid("Missing header: x-ots-signature.")
@@ -127,14 +105,3 @@ def _v4_key(headers: Mapping[str, str], secret: str) -> bytes:
         if name not in headers:
             raise invalid(f"Missing header: {name}.")
     return v4_signing_key(secret, headers["x-ots-signdate"], headers["x-ots-signregion"])
-
-
-def _b64_hmac(key: bytes, data: bytes, digest: str) -> str:
-    return base64.b64encode(hmac.new(key, data, digest).digest()).decode()
-
-
-def sign_response(signing_key: bytes, uri: str, ots_headers: Mapping[str, str]) -> str:
-    """The `Authorization` signature over every `x-ots-*` response header (always HMAC-SHA1)."""
-    text = canonical_headers(ots_headers) + "\n" + uri
-    return _b64_hmac(signing_key, text.encode(), "sha1")
-

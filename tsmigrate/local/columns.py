@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import table_protocol as tp
 from tsmigrate.local.errors import invalid
 from tsmigrate.local.table_rules import MAX_DEFINED_COLUMNS, check_column_name, get_table
+from tsmigrate.wire import table_protocol as tp
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from tsmigrate.local.plainbuffer import HEADER, crc8_bytes
+from tsmigrate.wire.plainbuffer import HEADER, crc8_bytes
 
 _T = tuple(crc8_bytes(0, bytes((i,))) for i in range(256))
 # The CRC is linear: carried from c over 8 bytes D, it is the CRC from c over 8 zero bytes xor the

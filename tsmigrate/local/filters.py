@@ -10,7 +10,7 @@ write condition (``Condition.column_condition``)::
 ``columns`` holds what the read sees: the caller restricts versions to the request's
 time range / max_versions and drops columns not in ``columns_to_get`` first (a filter on a
 column that was not read treats it as missing, as the service does). Values are the Python
-types of tsmigrate.local.plainbuffer (BLOB as bytes).
+types of tsmigrate.wire.plainbuffer (BLOB as bytes).
 
 Semantics of a single condition (SingleColumnValueFilter):
   * missing column: ``filter_if_missing`` false -> passes, true -> fails (the SDK sends
@@ -45,8 +45,8 @@ import re2
 from google.protobuf.message import DecodeError, Message
 from tablestore.protobuf import table_store_filter_pb2 as fpb
 
-from tsmigrate.local.plainbuffer import PlainBufferError, decode_value
 from tsmigrate.local.utf8 import check_utf8
+from tsmigrate.wire.plainbuffer import PlainBufferError, decode_value
 
 __all__ = ["MAX_FILTER_COUNT", "Columns", "Filter", "FilterError", "compile_filter"]
 

@@ -35,7 +35,6 @@ from tablestore.protobuf import table_store_pb2 as pb
 from tsmigrate.local import keycodec, rowdata
 from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, IndexInfo, PKColumn, TableInfo
-from tsmigrate.local.plainbuffer import encode_primary_key_cells
 from tsmigrate.local.storage import StoredRow
 from tsmigrate.local.table_rules import (
     TABLE_QUOTA,
@@ -46,6 +45,7 @@ from tsmigrate.local.table_rules import (
     names_in_use,
     quota_used,
 )
+from tsmigrate.wire.plainbuffer import encode_primary_key_cells
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN
+from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN
 
 _SIGN = 1 << 63
 _INTEGER = struct.Struct(">BQ").pack  # 01, then the value with its sign bit flipped

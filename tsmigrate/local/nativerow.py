@@ -39,7 +39,7 @@ import struct
 from typing import Any
 
 from tsmigrate.local.fastrow import SHORT_VALUE, PutRow
-from tsmigrate.local.plainbuffer import HEADER
+from tsmigrate.wire.plainbuffer import HEADER
 
 try:
     from tablestore.native import NATIVE_AVAILABLE

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 from tsmigrate.local.filters import Filter
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.local.storage import Cells, StoredRow, Version
+from tsmigrate.wire.plainbuffer import (
     HEADER,
     assemble_row,
     decode_value,
@@ -23,7 +24,6 @@ from tsmigrate.local.plainbuffer import (
     logical_size,
     value_size,
 )
-from tsmigrate.local.storage import Cells, StoredRow, Version
 
 _NAME = itemgetter(0)
 _T = TypeVar("_T")

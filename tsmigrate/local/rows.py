@@ -29,7 +29,10 @@ from tsmigrate.local.errors import OTSError, condition_failed, invalid, invalid_
 from tsmigrate.local.filters import compile_filter
 from tsmigrate.local.indexes import readable_table, writable_table
 from tsmigrate.local.model import PK_BINARY, PK_BOOLEAN, PK_INTEGER, PK_STRING, TableInfo
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.local.rowdata import ReadSpec
+from tsmigrate.local.storage import Cells, StoredRow
+from tsmigrate.local.table_rules import NAME_RE
+from tsmigrate.wire.plainbuffer import (
     AUTO_INCREMENT,
     HEADER,
     INF_MAX,
@@ -48,9 +51,6 @@ from tsmigrate.local.plainbuffer import (
     logical_size,
     value_size,
 )
-from tsmigrate.local.rowdata import ReadSpec
-from tsmigrate.local.storage import Cells, StoredRow
-from tsmigrate.local.table_rules import NAME_RE
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context, MutationHook

@@ -90,7 +90,13 @@ from tablestore.protobuf import search_pb2 as spb
 
 from tsmigrate.local import search_aggs, search_highlight
 from tsmigrate.local.errors import OTSError, invalid
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze_with_length, phrase_tokens
+from tsmigrate.local.search_dates import parse_date
+from tsmigrate.local.search_limits import check_query_tree
+from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
+from tsmigrate.local.search_scoring import Stats
+from tsmigrate.local.utf8 import parse_nested
+from tsmigrate.wire.plainbuffer import (
     INF_MAX,
     INF_MIN,
     PlainBufferError,
@@ -98,12 +104,6 @@ from tsmigrate.local.plainbuffer import (
     encode_row,
     encode_value,
 )
-from tsmigrate.local.search_analyzers import DICTIONARY_ANALYZERS, analyze_with_length, phrase_tokens
-from tsmigrate.local.search_dates import parse_date
-from tsmigrate.local.search_limits import check_query_tree
-from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
-from tsmigrate.local.search_scoring import Stats
-from tsmigrate.local.utf8 import parse_nested
 
 Document = tuple[Any, ...]  # (primary_key, columns[, timestamps]); see the module docstring
 

@@ -31,9 +31,9 @@ from typing import Any
 from tablestore.protobuf import search_pb2 as spb
 
 from tsmigrate.local.errors import invalid
-from tsmigrate.local.plainbuffer import PlainBufferError, decode_value, encode_value
 from tsmigrate.local.search_schema import FIELD_TYPE_NAMES, IndexSchemaInfo, SearchField
 from tsmigrate.local.utf8 import parse_nested
+from tsmigrate.wire.plainbuffer import PlainBufferError, decode_value, encode_value
 
 MAX_TOP_ROWS = 100
 DEFAULT_GROUP_SIZE = 10

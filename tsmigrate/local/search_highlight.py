@@ -21,8 +21,8 @@ from google.protobuf.message import DecodeError
 from tablestore.protobuf import search_pb2 as spb
 
 from tsmigrate.local.errors import invalid
-from tsmigrate.local.plainbuffer import PlainBufferError, decode_value
 from tsmigrate.local.search_schema import IndexSchemaInfo, SearchField
+from tsmigrate.wire.plainbuffer import PlainBufferError, decode_value
 
 DEFAULT_FRAGMENTS = 5
 DEFAULT_FRAGMENT_SIZE = 100

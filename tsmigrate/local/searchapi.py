@@ -38,10 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import search_pb2 as spb
 
-from tsmigrate.local import keycodec, rowdata, search_protocol
+from tsmigrate.local import keycodec, rowdata
 from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.plainbuffer import INF_MAX
 from tsmigrate.local.search import Document, run_search
 from tsmigrate.local.search_schema import (
     IndexSchemaInfo,
@@ -54,6 +53,8 @@ from tsmigrate.local.search_schema import (
     validate_ttl_update,
 )
 from tsmigrate.local.storage import SearchIndexRecord
+from tsmigrate.wire import search_protocol
+from tsmigrate.wire.plainbuffer import INF_MAX
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

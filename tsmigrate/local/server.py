@@ -29,25 +29,19 @@ from tsmigrate.local import (
     tables,
     transactions,
 )
-from tsmigrate.local.auth import (
-    DEFAULT_ACCESS_KEY_SECRET,
-    Caller,
-    Credentials,
-    content_md5,
-    sign_response,
-    verify_request,
-)
+from tsmigrate.local.auth import Caller, Credentials, verify_request
 from tsmigrate.local.context import Context, Handler, HookScope, MutationHook, ServerOptions
 from tsmigrate.local.errors import OTSError, auth_failed, echo, invalid
 from tsmigrate.local.filters import FilterError
 from tsmigrate.local.model import TableInfo
 from tsmigrate.local.ownership import EMBEDDED_ROLE, Holder, Ownership
-from tsmigrate.local.plainbuffer import PlainBufferError
 from tsmigrate.local.search import ScanSessions
 from tsmigrate.local.storage import Storage, describe_disk_failure, is_disk_failure
 from tsmigrate.local.transport import HTTPServer, Limits, Request, Response
 from tsmigrate.local.txn_registry import Transactions
 from tsmigrate.local.utf8 import check_utf8
+from tsmigrate.wire.plainbuffer import PlainBufferError
+from tsmigrate.wire.signing import DEFAULT_ACCESS_KEY_SECRET, content_md5, sign_response
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local.errors import invalid
 from tsmigrate.local.model import PK_INTEGER, PK_STRING
-from tsmigrate.local.plainbuffer import encode_primary_key
 from tsmigrate.local.table_rules import get_table
+from tsmigrate.wire.plainbuffer import encode_primary_key
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from tsmigrate.local.fastrow import stored_versions
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.plainbuffer import decode_stored_row
+from tsmigrate.wire.plainbuffer import decode_stored_row
 
 # The sqlite3 module binds int, float, str and bytearray directly, but looks every bytes parameter
 # up as something to adapt, failing through two attribute lookups (a formatted AttributeError):

@@ -58,12 +58,12 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import table_protocol
 from tsmigrate.local.context import MAX_STREAM_SHARDS
 from tsmigrate.local.errors import OTSError, invalid, table_not_exist
 from tsmigrate.local.model import TableInfo
-from tsmigrate.local.plainbuffer import HEADER, assemble_row, crc8_bytes, encode_cell
 from tsmigrate.local.storage import Storage, StoredRow
+from tsmigrate.wire import table_protocol
+from tsmigrate.wire.plainbuffer import HEADER, assemble_row, crc8_bytes, encode_cell
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context, Server

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local import keycodec, streams, table_protocol
+from tsmigrate.local import keycodec, streams
 from tsmigrate.local.errors import OTSError, invalid
 from tsmigrate.local.model import PKColumn, TableInfo
-from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
 from tsmigrate.local.searchapi import check_delete_table, check_update_table
 from tsmigrate.local.table_rules import (
     MAX_DEFINED_COLUMNS,
@@ -30,6 +29,8 @@ from tsmigrate.local.table_rules import (
     names_in_use,
     quota_used,
 )
+from tsmigrate.wire import table_protocol
+from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN, PlainBufferError, decode_value
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

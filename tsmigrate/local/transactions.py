@@ -22,8 +22,8 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.local.errors import OTSError, invalid, invalid_pk
 from tsmigrate.local.model import PK_BINARY, PK_INTEGER, PK_STRING, TableInfo
-from tsmigrate.local.plainbuffer import decode_primary_key
 from tsmigrate.local.table_rules import check_table_name, get_table
+from tsmigrate.wire.plainbuffer import decode_primary_key
 
 if TYPE_CHECKING:
     from tsmigrate.local.context import Context

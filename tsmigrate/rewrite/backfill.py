@@ -36,7 +36,6 @@ from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.instance.state import STATE_TABLE
-from tsmigrate.local.plainbuffer import Row, decode_rows
 from tsmigrate.rewrite import checkpoints, executors, functions, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING
 from tsmigrate.rewrite.copy import FIRST_PAGE_ROWS, PAGE_ROWS, SplitResult, read_page
@@ -44,6 +43,7 @@ from tsmigrate.rewrite.job import ConnectionSpec
 from tsmigrate.rewrite.transform import format_key
 from tsmigrate.rewrite.writer import MAX_BATCH_ROWS, RateLimiter, WriteError
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
+from tsmigrate.wire.plainbuffer import Row, decode_rows
 
 KIND = "backfill"  # ("backfill", key): the job a data migration runs, and whether it finished
 MAX_BATCH_BYTES = 3 * 1024 * 1024  # below the service's 4 MB for BatchWriteRow, framing included

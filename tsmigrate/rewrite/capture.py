@@ -83,11 +83,11 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.local import plainbuffer
 from tsmigrate.rewrite import copy, machine, rowbytes, shards
 from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row
 from tsmigrate.rewrite.shards import ShardRunner
 from tsmigrate.rewrite.transform import TargetRow, format_key
+from tsmigrate.wire import plainbuffer
 
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request

@@ -192,9 +192,9 @@ def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
     ``transform`` (a ``RowTransform``), the pages of every version are transformed as the copy
     does, timed apart (a row it rejects leaves them untimed: prepare names it)."""
     from tsmigrate.instance.rawclient import RawClient
-    from tsmigrate.local.plainbuffer import decode_rows
     from tsmigrate.rewrite import copy
     from tsmigrate.rewrite.transform import TransformError
+    from tsmigrate.wire.plainbuffer import decode_rows
 
     raw = RawClient(client)
     per_range = min(copy.PAGE_ROWS, max(1, math.ceil(n / max(1, len(ranges)))))

@@ -66,7 +66,7 @@ def spec_of(client: Any, local_defaults: bool) -> ConnectionSpec:
     built-in key when ``local_defaults`` or when ``client`` signs with it (a command pointed at
     the project's `local serve` by its endpoint), else with their environment's."""
     if not local_defaults:
-        from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
+        from tsmigrate.wire.signing import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 
         signed = client.credentials_provider.get_credentials()
         local_defaults = (signed.get_access_key_id(), signed.get_access_key_secret()) == (

@@ -15,8 +15,8 @@ import attrs
 from tablestore import OTSClient
 
 from tsmigrate.instance import retry
-from tsmigrate.local.auth import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
+from tsmigrate.wire.signing import DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET
 
 
 @attrs.frozen

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from tsmigrate.local.plainbuffer import HEADER, PlainBufferError
 from tsmigrate.rewrite.rowbytes import (
     CRC8_SHIFT,
     CRC8_TABLE,
@@ -31,9 +30,10 @@ from tsmigrate.rewrite.rowbytes import (
     value_at,
 )
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
+from tsmigrate.wire.plainbuffer import HEADER, PlainBufferError
 
 try:
-    from tsmigrate.rewrite import _rowwalk
+    from tsmigrate.wire import _rowwalk
 except ImportError:  # installed where no C compiler was found: the same walks in Python
     _rowwalk = None
 

@@ -6,7 +6,7 @@ again. That is what makes the copy fast: per row, Python touches a few cells, no
 
 A page is ``HEADER row*``; ``row := 0x01 cell* [0x02 cell*] [0x08] 0x09 crc`` and
 ``cell := 0x03 0x04 len32 name [0x05 len32 vtype payload] [0x06 op] [0x07 int64] 0x0A crc``
-(see tsmigrate/local/plainbuffer.py). The HTTP body's MD5 is checked by the client before a
+(see tsmigrate/wire/plainbuffer.py). The HTTP body's MD5 is checked by the client before a
 page gets here, so cell checksums are carried, not recomputed.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, crc8_bytes
+from tsmigrate.wire.plainbuffer import HEADER, PlainBufferError, crc8_bytes
 
 try:
-    from tsmigrate.rewrite import _rowwalk
+    from tsmigrate.wire import _rowwalk
 except ImportError:  # installed where no C compiler was found: the same walks in Python
     _rowwalk = None
 

@@ -24,8 +24,8 @@ from tablestore import OTSClient
 from tsmigrate.instance import adapter
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.instance.state import STATE_TABLE, StateRowError
-from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, decode_primary_key, encode_primary_key
 from tsmigrate.schema import Table
+from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN, decode_primary_key, encode_primary_key
 
 DEFAULT_UNIT = 100 * 1024 * 1024
 MIN_UNIT = 64 * 1024

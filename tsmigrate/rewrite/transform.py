@@ -26,7 +26,6 @@ import attrs
 
 from tsmigrate.errors import KeyDerivationError, TsmigrateError
 from tsmigrate.keys import Derivation
-from tsmigrate.local.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
 from tsmigrate.rewrite import functions
 from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
 from tsmigrate.rewrite.rowbytes import (
@@ -39,9 +38,10 @@ from tsmigrate.rewrite.rowbytes import (
     scan_rows,
 )
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
+from tsmigrate.wire.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
 
 try:
-    from tsmigrate.rewrite._rowwalk import plain_key as _plain_key
+    from tsmigrate.wire._rowwalk import plain_key as _plain_key
 except ImportError:  # not built (no C compiler), or built before plain_key: the general path
     _plain_key = None
 

@@ -29,13 +29,13 @@ import attrs
 from tablestore import OTSClient
 
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.local.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.rewrite.rowbytes import DIGEST_MASK, page_totals, row_digest, scan_rows
 from tsmigrate.rewrite.splits import Split, compute, locator
 from tsmigrate.rewrite.transform import RowTransform, build, format_key
 from tsmigrate.schema import Table
+from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 
 MAX_DIFFERENCES = 10_000
 FIRST = 10

@@ -32,9 +32,11 @@ from tablestore.protobuf import table_store_pb2 as pb
 
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
-from tsmigrate.instance.protowire import varint
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.rewrite import rowbytes
+from tsmigrate.rewrite.rowbytes import key_cells
+from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
+from tsmigrate.wire.plainbuffer import (
     HEADER,
     OP_DELETE_ONE,
     assemble_row,
@@ -43,9 +45,7 @@ from tsmigrate.local.plainbuffer import (
     encode_primary_key_cells,
     encode_value,
 )
-from tsmigrate.rewrite import rowbytes
-from tsmigrate.rewrite.rowbytes import key_cells
-from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
+from tsmigrate.wire.protowire import varint
 
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
@@ -499,7 +499,7 @@ def values_unchanged_by_sdk(values: Sequence[tuple[str, Any]], absent: Sequence[
     from tablestore import metadata as md
     from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
 
-    from tsmigrate.service.wire import sdk_encoder
+    from tsmigrate.wire.rows import sdk_encoder
 
     leaves: list[md.ColumnCondition] = [
         md.SingleColumnCondition(name, bytearray(v) if isinstance(v, bytes) else v,

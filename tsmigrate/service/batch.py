@@ -36,7 +36,6 @@ from tablestore import metadata as md
 
 from tsmigrate.instance.retry import RETRY_POLICY, THROTTLING_CODES, TsmigrateRetryPolicy
 from tsmigrate.schema.model import Model
-from tsmigrate.service import wire
 from tsmigrate.service.backoff import (
     RetryQueue,
     SendRate,
@@ -59,6 +58,7 @@ from tsmigrate.service.rows import (
     update_row_cells,
     version_guard,
 )
+from tsmigrate.wire import rows as wire
 
 WRITE_ROWS = 200
 WRITE_BYTES = 4 * 1024 * 1024

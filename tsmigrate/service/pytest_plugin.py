@@ -40,9 +40,11 @@ class ModelInstance:
 @pytest.fixture
 def tsmigrate_models(request: pytest.FixtureRequest) -> list[type]:
     """The models whose tables ``ots_models`` creates: the project's, unless overridden."""
-    from tsmigrate.schema.config import load_project
+    from tsmigrate.lint import settings_problems
+    from tsmigrate.schema.config import load_project, register_check
     from tsmigrate.schema.discover import import_models
 
+    register_check("lint", settings_problems)  # schema cannot import lint: wired here, as commands do
     project = load_project(request.config.rootpath)
     return import_models(project.models, project.root)
 

@@ -28,12 +28,13 @@ from tablestore import metadata as md
 from tsmigrate.errors import KeyDerivationError
 from tsmigrate.keys import Concat, Descending, TimeBucket
 from tsmigrate.schema.model import Column, Model
-from tsmigrate.service import batch, wire
+from tsmigrate.service import batch
 from tsmigrate.service.calls import Call, Emit, Op, Raw
 from tsmigrate.service.codec import KeyColumn, ModelCodec
 from tsmigrate.service.conditions import Attr, Condition, sdk_condition
 from tsmigrate.service.errors import QueryError
 from tsmigrate.service.keyrange import Segment, stream_segments
+from tsmigrate.wire import rows as wire
 
 PAGE_ROWS = 5000
 SEARCH_PAGE = 100

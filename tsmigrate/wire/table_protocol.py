@@ -48,7 +48,7 @@ from typing import Any
 
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.local.protoext import F, build_messages
+from tsmigrate.wire.protoext import F, build_messages
 
 _SDK = "." + pb.DESCRIPTOR.package  # "com.aliyun.tablestore.protocol"
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from tablestore.protobuf import search_pb2
 
-from tsmigrate.local.protoext import F, Field, build_messages
+from tsmigrate.wire.protoext import F, Field, build_messages
 
 PACKAGE = "tsmigrate.search_ext"
 FILE_NAME = "tsmigrate/local/search_ext.proto"

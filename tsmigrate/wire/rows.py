@@ -25,14 +25,14 @@ from tablestore.native import NATIVE_AVAILABLE, parse_multiple_rows
 from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.instance.protowire import varint
-from tsmigrate.local.plainbuffer import (
+from tsmigrate.wire.plainbuffer import (
     HEADER,
     assemble_row,
     crc8_bytes,
     decode_primary_key,
     decode_rows,
 )
+from tsmigrate.wire.protowire import varint
 
 _TAG_LEN = struct.Struct("<Bi").pack
 _INT = struct.Struct("<Bq").pack
