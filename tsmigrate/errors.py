@@ -62,6 +62,17 @@ class ApplyRefused(TsmigrateError):
     """Apply will not run this plan (and changed nothing)."""
 
 
+class QueryError(TsmigrateError, ValueError):
+    """A query names fields or ranges the table's key (or the index's) cannot serve.
+
+    Kept here, below schema, so that a table family (tsmigrate.schema.families) can refuse a
+    range too; its public home is tsmigrate.service, whose errors module re-exports this very
+    class, and it names that module as its own (so tracebacks, reprs and pickles read
+    ``tsmigrate.service.errors.QueryError`` as they always have)."""
+
+    __module__ = "tsmigrate.service.errors"
+
+
 class StepFailed(TsmigrateError):
     """A run failed at one of its steps; ``cause`` says why. Kept here, below the engine, so
     that code that knows a better cause (the embedded instance's full disk) can restate it."""

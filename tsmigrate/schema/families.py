@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.errors import TsmigrateError
+from tsmigrate.errors import QueryError, TsmigrateError
 
 Month = tuple[int, int]  # (year, month)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -186,8 +186,6 @@ class Monthly:
         """The existing tables a range of the field [lower, upper] touches, oldest first (a month
         with no table holds no rows). ``None`` leaves that end open. A bound that is not a date,
         or a range across months on strings that do not sort by date, is a QueryError."""
-        from tsmigrate.service.errors import QueryError
-
         try:
             low = None if lower is None else self.month_of(lower)
             high = None if upper is None else self.month_of(upper)

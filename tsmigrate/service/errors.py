@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# QueryError is defined below schema (a table family raises it too) and re-exported here, the
+# very same class: import it from tsmigrate.service, as ever.
+from tsmigrate.errors import QueryError as QueryError
 from tsmigrate.errors import TsmigrateError
 
 
@@ -58,10 +61,6 @@ class UpdateNotAllowed(RowError):
 
 class RowValueError(TsmigrateError, ValueError):
     """A field value does not fit its declared type (never cast silently)."""
-
-
-class QueryError(TsmigrateError, ValueError):
-    """A query names fields or ranges the table's key (or the index's) cannot serve."""
 
 
 class BatchError(RowError):
