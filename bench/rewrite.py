@@ -78,13 +78,13 @@ from serve import INSTANCE, SAFE_PATH, cpu_s_of, start_server, use_bench_credent
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
+from tsmigrate.contract.transform import build  # noqa: E402
 from tsmigrate.instance.rawclient import RawClient  # noqa: E402
 from tsmigrate.instance.state import State  # noqa: E402
 from tsmigrate.rewrite import splits  # noqa: E402
 from tsmigrate.rewrite.copy import read_page, versions  # noqa: E402
 from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill  # noqa: E402
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob  # noqa: E402
-from tsmigrate.rewrite.transform import build  # noqa: E402
 from tsmigrate.rewrite.writer import BatchWriter  # noqa: E402
 from tsmigrate.schema import PrimaryKeyColumn, Table  # noqa: E402
 from tsmigrate.wire.plainbuffer import HEADER, assemble_row, encode_cell, encode_primary_key_cells  # noqa: E402

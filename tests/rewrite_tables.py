@@ -172,7 +172,7 @@ def rows_read(ots_instance, table: str) -> Iterator[ReadCounter]:
 
 def expected_target(client: ts.OTSClient, job: RewriteJob) -> list[tuple[list, list]]:
     """The target rows the source should become, from the transform's object path."""
-    from tsmigrate.rewrite.transform import build
+    from tsmigrate.contract.transform import build
 
     transform = build(job)
     rows = []
@@ -184,7 +184,7 @@ def expected_target(client: ts.OTSClient, job: RewriteJob) -> list[tuple[list, l
 
 def encoded_target_row(i: int) -> bytes:
     """Row ``i`` of the target table, encoded as BatchWriteRow takes it."""
-    from tsmigrate.rewrite.transform import RowTransform, build
+    from tsmigrate.contract.transform import RowTransform, build
 
     key, cells = source_row(i, int(time.time() * 1000))
     return RowTransform.encode(build(RewriteJob("encode", SOURCE, TARGET)).apply(key, cells))[0]

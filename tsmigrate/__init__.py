@@ -67,7 +67,8 @@ __all__ = [
     "__version__",
 ]
 
-# Module paths that existed at a832d9a and moved (b856fd5, 969969e; the wire layer's since), importable
+# Module paths that existed at a832d9a and moved (b856fd5, 969969e; the wire layer's and the rewrite
+# contract's since, with the contract's rewrite/shapes.py, written after a832d9a), importable
 # under the old name until a later release. Importing one warns (DeprecationWarning, naming the new path, at
 # the importing line) and gives the module it became, the very same object; an old module now
 # split in two gives a module holding both one's public names. No file of tsmigrate's stands at
@@ -88,6 +89,10 @@ _MOVED: dict[str, tuple[str, ...]] = {
         "plainbuffer", "protoext", "search_protocol", "table_protocol")},
     "tsmigrate.instance.protowire": ("tsmigrate.wire.protowire",),
     "tsmigrate.service.wire": ("tsmigrate.wire.rows",),
+    # The rewrite's contract with services and planning, out of the engine (#40): the key
+    # transform and its inverse, the row bytes they work on, and which tables can be rewritten.
+    **{f"tsmigrate.rewrite.{name}": (f"tsmigrate.contract.{name}",) for name in (
+        "functions", "rekey", "rowbytes", "shapes", "transform")},
 }
 
 

@@ -82,6 +82,12 @@ MOVED = {
     "tsmigrate.local.table_protocol": ("tsmigrate.wire.table_protocol",),
     "tsmigrate.instance.protowire": ("tsmigrate.wire.protowire",),
     "tsmigrate.service.wire": ("tsmigrate.wire.rows",),
+    # The rewrite's contract, out of the engine (#40)
+    "tsmigrate.rewrite.functions": ("tsmigrate.contract.functions",),
+    "tsmigrate.rewrite.rekey": ("tsmigrate.contract.rekey",),
+    "tsmigrate.rewrite.rowbytes": ("tsmigrate.contract.rowbytes",),
+    "tsmigrate.rewrite.shapes": ("tsmigrate.contract.shapes",),
+    "tsmigrate.rewrite.transform": ("tsmigrate.contract.transform",),
 }
 
 # What the old modules the README and services named defined at a832d9a.

@@ -16,11 +16,11 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.plainbuffer.plain_buffer_builder import PlainBufferBuilder
 
+from tsmigrate.contract.rowbytes import cell_value
+from tsmigrate.contract.transform import RowTransform
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture, driver, machine, writer
 from tsmigrate.rewrite.planned import RewriteSettings
-from tsmigrate.rewrite.rowbytes import cell_value
-from tsmigrate.rewrite.transform import RowTransform
 from tsmigrate.wire.plainbuffer import decode_row, encode_cell
 
 IDENTITY = "local:test"

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.contract import rowbytes
 from tsmigrate.instance.rawclient import StreamPage
-from tsmigrate.rewrite import capture, rowbytes, writer
+from tsmigrate.rewrite import capture, writer
 from tsmigrate.rewrite.capture import BatchGetRows, Record
 from tsmigrate.wire import table_protocol
 from tsmigrate.wire.plainbuffer import (

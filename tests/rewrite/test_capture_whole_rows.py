@@ -15,7 +15,8 @@ import rewrite_tables as rt
 import tablestore as ts
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.rewrite import capture, driver, machine, transform, writer
+from tsmigrate.contract import transform
+from tsmigrate.rewrite import capture, driver, machine, writer
 from tsmigrate.rewrite.planned import RewriteSettings
 
 IDENTITY = "local:test"

@@ -7,9 +7,9 @@ import pytest
 import rewrite_tables as rt
 from tablestore import INF_MAX, INF_MIN
 
+from tsmigrate.contract.transform import TransformError
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.copy import copy_split, sample_check
-from tsmigrate.rewrite.transform import TransformError
 from tsmigrate.rewrite.verify import verify
 from tsmigrate.schema import TableOptions
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 import rewrite_tables as rt
 
+from tsmigrate.contract.transform import TransformError
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.executors import DaskExecutor, InProcessExecutor, run_backfill
-from tsmigrate.rewrite.transform import TransformError
 
 
 def _same(client, job) -> bool:

@@ -10,11 +10,12 @@ import textwrap
 import pytest
 import tablestore as ts
 
+from tsmigrate.contract import functions
+from tsmigrate.contract.functions import FunctionError
 from tsmigrate.instance import adapter
 from tsmigrate.instance.apply import apply
 from tsmigrate.planning import ops
-from tsmigrate.rewrite import driver, executors, functions, planned
-from tsmigrate.rewrite.functions import FunctionError
+from tsmigrate.rewrite import driver, executors, planned
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import Catalog, PrimaryKeyColumn, Table
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from tablestore.protobuf import table_store_filter_pb2 as filter_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.rewrite import capture, rowbytes, writer
+from tsmigrate.contract import rowbytes
+from tsmigrate.rewrite import capture, writer
 from tsmigrate.wire.plainbuffer import PlainBufferError, encode_cell
 
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tsmigrate.contract.rowbytes import cell_value
 from tsmigrate.rewrite.late import CARRY, CONFLICT, settle_column
-from tsmigrate.rewrite.rowbytes import cell_value
 from tsmigrate.wire import plainbuffer
 
 SINCE = 1_000

@@ -8,10 +8,11 @@ import tablestore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.rewrite import rekey, rowbytes, splits
+from tsmigrate.contract import rekey, rowbytes
+from tsmigrate.contract.transform import RowTransform, TransformError
+from tsmigrate.rewrite import splits
 from tsmigrate.rewrite.copy import copy_split
 from tsmigrate.rewrite.job import RewriteJob
-from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.rewrite.verify import DIFFERENT, verify
 from tsmigrate.schema import PrimaryKeyColumn, Table, TableOptions
 from tsmigrate.wire.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows

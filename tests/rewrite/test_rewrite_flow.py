@@ -155,7 +155,8 @@ def test_a_late_backfill_write_never_brings_back_a_deleted_row(ots_instance):
         follower.step()
         assert follower.dirty and not follower.stats.caught_up
         # The stale backfill write lands after the delete...
-        from tsmigrate.rewrite import transform, writer
+        from tsmigrate.contract import transform
+        from tsmigrate.rewrite import writer
 
         stale = transform.build(job).apply(key, cells)
         writer.write_rows(client, job.target.name, [stale])
@@ -250,7 +251,7 @@ def test_a_target_that_exists_with_other_rows_is_refused(ots_instance):
 
 def _target_row(i: int, cells):
     """Reading ``i`` with these cells, as a service on the new model writes it."""
-    from tsmigrate.rewrite.transform import RowTransform
+    from tsmigrate.contract.transform import RowTransform
 
     key, _ = rt.source_row(i, 0)
     return RowTransform.build(rt.SOURCE, TARGET).apply(key, cells)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.rewrite.rowbytes import (
+from tsmigrate.contract.rowbytes import (
     cell_value,
     key_cell,
     key_row,

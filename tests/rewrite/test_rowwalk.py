@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsmigrate.rewrite import rekey, rowbytes
-from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
-from tsmigrate.rewrite.rowbytes import page_totals, page_totals_in_python
+from tsmigrate.contract import rekey, rowbytes
+from tsmigrate.contract.rekey import NotRekeyable, Rekey
+from tsmigrate.contract.rowbytes import page_totals, page_totals_in_python
 from tsmigrate.wire.plainbuffer import (
     PlainBufferError,
     assemble_row,
@@ -185,7 +185,7 @@ def test_an_install_without_a_compiler_goes_on_and_walks_in_python(tmp_path: Pat
     assert installed.returncode == 0, installed.stdout + installed.stderr
     code = (
         "import tsmigrate, tablestore\n"
-        "from tsmigrate.rewrite import rekey, rowbytes\n"
+        "from tsmigrate.contract import rekey, rowbytes\n"
         "from tsmigrate.wire.plainbuffer import encode_row\n"
         f"assert tsmigrate.__file__.startswith({str(site)!r}), tsmigrate.__file__\n"
         "plan = rekey.Rekey(parts=((b'day', 0x00), 0), moved=frozenset({b'day'}))\n"

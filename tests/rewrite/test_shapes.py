@@ -1,4 +1,4 @@
-"""What a rewrite needs of its two tables, from their declarations (``tsmigrate.rewrite.shapes``):
+"""What a rewrite needs of its two tables, from their declarations (``tsmigrate.contract.shapes``):
 whether rows the new model writes can be carried back to the old key, and the options the copy,
 verification and cut-over cannot work with. Pure: plain IR values, no server."""
 
@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import valid_tables
 
+from tsmigrate.contract import shapes
+from tsmigrate.contract.transform import RowTransform, TransformError
 from tsmigrate.errors import SchemaError
 from tsmigrate.keys import Concat, Descending, HashPrefix, TimeBucket
 from tsmigrate.planning import ops
 from tsmigrate.planning.plan import make_plan
 from tsmigrate.planning.planrender import plan_json, plan_markdown, plan_text
-from tsmigrate.rewrite import shapes
-from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.schema import (
     INTEGER,
     NO_TTL,

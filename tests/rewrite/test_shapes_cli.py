@@ -12,10 +12,11 @@ import clirun
 import pytest
 import tablestore as ts
 
+from tsmigrate.contract import shapes
 from tsmigrate.instance import adapter
 from tsmigrate.instance.state import State
 from tsmigrate.planning import ops
-from tsmigrate.rewrite import driver, machine, planned, shapes
+from tsmigrate.rewrite import driver, machine, planned
 from tsmigrate.rewrite.planned import RewriteSettings
 from tsmigrate.schema import INTEGER, STRING, Catalog, PrimaryKeyColumn, Table, TableOptions
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tsmigrate.contract.transform import RowTransform, TransformError
 from tsmigrate.keys import ALPHABETS, Concat, Descending, HashPrefix, TimeBucket
-from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.schema import AttributeColumn, DefinedColumn, PrimaryKeyColumn, Table
 from tsmigrate.wire.plainbuffer import assemble_row, encode_cell, encode_primary_key_cells, join_rows
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tsmigrate.contract.transform import RowTransform, TransformError
 from tsmigrate.keys import HashPrefix
-from tsmigrate.rewrite.transform import RowTransform, TransformError
 from tsmigrate.schema import AttributeColumn, PrimaryKeyColumn, Table
 
 SOURCE = Table("serp", [PrimaryKeyColumn("request_id", "STRING"), PrimaryKeyColumn("n", "INTEGER")],

@@ -6,10 +6,10 @@ import pytest
 import rewrite_tables as rt
 import tablestore as ts
 
+from tsmigrate.contract.transform import build
 from tsmigrate.rewrite import splits
 from tsmigrate.rewrite.copy import copy_split
 from tsmigrate.rewrite.job import RewriteJob
-from tsmigrate.rewrite.transform import build
 from tsmigrate.rewrite.verify import DIFFERENT, EXTRA, MISSING, verify
 from tsmigrate.schema import PrimaryKeyColumn, Table
 

@@ -509,7 +509,7 @@ class RewriteTable(Step):
     # (plan.routing_note); empty when each model's key gives the other table's key.
     routing: str = attrs.field(default="", eq=False)
     # Why rows written to the new table after the switch cannot be carried back to the old one
-    # (``tsmigrate.rewrite.shapes.revert_problem``); empty when they can.
+    # (``tsmigrate.contract.shapes.revert_problem``); empty when they can.
     revert: str = attrs.field(default="", eq=False)
     # Whether change capture keeps up with the source's writes (``tsmigrate.rewrite.capacity``
     # ``Check``: the figures, a verdict and its text), found by plan; None until then.

@@ -22,10 +22,10 @@ from typing import Any
 
 import attrs
 
+from tsmigrate.contract import shapes
 from tsmigrate.errors import Problem, SchemaError
 from tsmigrate.planning import ops
 from tsmigrate.planning.familyplan import expand_declared_families
-from tsmigrate.rewrite import shapes
 from tsmigrate.schema import (
     Catalog,
     PrimaryKeyColumn,
@@ -417,7 +417,7 @@ def make_plan(
     cannot make: a primary key changed under the same table name, a name the instance already
     uses, more tables than the instance quota (``bookkeeping``: see ``instance_problems``); and
     RewriteShapeError (a SchemaError) for a rewrite whose two tables the copy, verification or
-    cut-over cannot work with (``tsmigrate.rewrite.shapes.problems``).
+    cut-over cannot work with (``tsmigrate.contract.shapes.problems``).
 
     A table that a declared table ``replaces`` is never dropped, even when pruning, until its
     rewrite has finished: ``finished_rewrites`` names the replaced tables whose rewrite did
@@ -431,7 +431,7 @@ def make_plan(
     live_tables = {t.name: t for t in live.tables}
     steps: list[ops.Step] = []
     problems: list[Problem] = []
-    # What a rewrite and its cut-over need of the two tables (tsmigrate.rewrite.shapes)
+    # What a rewrite and its cut-over need of the two tables (tsmigrate.contract.shapes)
     rewrite_problems: list[Problem] = []
     replaced_by = {t.replaces: t.name for t in target.tables if t.replaces}
 

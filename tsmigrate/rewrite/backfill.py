@@ -32,15 +32,16 @@ from typing import Any
 import attrs
 import tablestore as ts
 
+from tsmigrate.contract import functions
+from tsmigrate.contract.transform import format_key
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.instance.state import STATE_TABLE
-from tsmigrate.rewrite import checkpoints, executors, functions, splits
+from tsmigrate.rewrite import checkpoints, executors, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING
 from tsmigrate.rewrite.copy import FIRST_PAGE_ROWS, PAGE_ROWS, SplitResult, read_page
 from tsmigrate.rewrite.job import ConnectionSpec
-from tsmigrate.rewrite.transform import format_key
 from tsmigrate.rewrite.writer import MAX_BATCH_ROWS, RateLimiter, WriteError
 from tsmigrate.schema import Table, table_from_dict, table_to_dict
 from tsmigrate.wire.plainbuffer import Row, decode_rows
@@ -57,7 +58,7 @@ class BackfillError(TsmigrateError):
 @attrs.frozen
 class BackfillJob:
     """One data migration run: the table (its key, from the live instance), the function's
-    reference (``tsmigrate.rewrite.functions``), the columns it reads (None: all)."""
+    reference (``tsmigrate.contract.functions``), the columns it reads (None: all)."""
 
     id: str
     table: Table

@@ -252,7 +252,7 @@ class _Shard:
 def _record_ms(row: bytes) -> int | None:
     """A stream record's time: the newest timestamp of its cells (None: a record without any,
     a row delete)."""
-    from tsmigrate.rewrite.rowbytes import row_cells
+    from tsmigrate.contract.rowbytes import row_cells
 
     try:
         _key, cells, _values = row_cells(row)

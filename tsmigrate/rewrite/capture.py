@@ -81,12 +81,13 @@ import tablestore as ts
 from google.protobuf.message import DecodeError
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.contract import rowbytes
+from tsmigrate.contract.rowbytes import RawCell, cell_value, key_row
+from tsmigrate.contract.transform import TargetRow, format_key
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.rewrite import copy, machine, rowbytes, shards
-from tsmigrate.rewrite.rowbytes import RawCell, cell_value, key_row
+from tsmigrate.rewrite import copy, machine, shards
 from tsmigrate.rewrite.shards import ShardRunner
-from tsmigrate.rewrite.transform import TargetRow, format_key
 from tsmigrate.wire import plainbuffer
 
 PAGE_RECORDS = 500

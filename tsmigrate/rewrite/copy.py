@@ -17,13 +17,13 @@ import attrs
 from tablestore import OTSClient
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.contract.rowbytes import DIGEST_MASK
+from tsmigrate.contract.transform import Page, build
 from tsmigrate.instance import adapter
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import checkpoints, splits
 from tsmigrate.rewrite.checkpoints import DONE, RUNNING, SplitCheckpoint
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.rowbytes import DIGEST_MASK
-from tsmigrate.rewrite.transform import Page, build
 from tsmigrate.rewrite.writer import BatchWriter, RateLimiter
 
 PAGE_ROWS = 5000

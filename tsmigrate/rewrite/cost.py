@@ -191,9 +191,9 @@ def sample_read(client: Any, table: str, ranges: Sequence[Any], versions: int,
     as its docstring says) size the newest versions, the copy reads ``versions``. With
     ``transform`` (a ``RowTransform``), the pages of every version are transformed as the copy
     does, timed apart (a row it rejects leaves them untimed: prepare names it)."""
+    from tsmigrate.contract.transform import TransformError
     from tsmigrate.instance.rawclient import RawClient
     from tsmigrate.rewrite import copy
-    from tsmigrate.rewrite.transform import TransformError
     from tsmigrate.wire.plainbuffer import decode_rows
 
     raw = RawClient(client)
@@ -300,8 +300,8 @@ def _transform(source: Table | None, target: Table | None) -> Any:
     """The copy's row transform from ``source`` (as the live catalog has it, key derivations
     included, as apply's job takes it) into ``target``, or None (either unknown, or a pair the
     transform cannot be built for: prepare says why)."""
+    from tsmigrate.contract.transform import build
     from tsmigrate.rewrite.job import RewriteJob
-    from tsmigrate.rewrite.transform import build
 
     if source is None or target is None:
         return None

@@ -29,12 +29,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from tsmigrate.contract import routes
+from tsmigrate.contract.staterow import RewriteJob
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import late, machine, prepare
-from tsmigrate.rewrite.job import RewriteJob
 from tsmigrate.rewrite.reverse import live_clients, make_reverse_capture, save_reverse
-from tsmigrate.service import routing
 
 FENCE_MARGIN_S = 0.5  # past the lease: a write sent just before it ran out has landed
 # A rewrite created before ``created_server_ms`` was kept tells when only by its creator's clock
@@ -60,7 +60,7 @@ def enable_target_stream(client: Any, runner: machine.Runner, job: RewriteJob) -
     from beyond the target key)."""
     if runner.rewrite.get("target_stream_was") is not None:
         return
-    from tsmigrate.rewrite import transform
+    from tsmigrate.contract import transform
 
     backward = transform.RowTransform.build(job.target, job.source)
     was = prepare.enable_stream(RawClient(client), job.target.name, sorted(backward.key_sources))
@@ -84,7 +84,8 @@ def widen_source_deviation(client: Any, runner: machine.Runner, job: RewriteJob)
 
 def _verify_keys(client: Any, job: RewriteJob, keys: Iterable[tuple]) -> list[str]:
     """Source keys whose target row is not exactly the transform of the source row."""
-    from tsmigrate.rewrite import copy, transform
+    from tsmigrate.contract import transform
+    from tsmigrate.rewrite import copy
 
     keys = list(keys)
     if not keys:
@@ -112,15 +113,16 @@ def wait_for_clients(client: Any, runner: machine.Runner, step: Callable[[], Any
     service's time at the start (a cell written and read back) plus this host's monotonic clock
     since, which never runs ahead of it; a heartbeat's age is now minus the timestamp the service
     gave its cells. A process writes on a route only within its lease of a heartbeat the service
-    stamped before it read that route (``routing.Router._read_op``): one whose newest heartbeat is
-    older than its lease (plus ``FENCE_MARGIN_S``) holds no route read before the fence, and one
-    whose heartbeat is younger is waited for, whatever its clock says. The fence is up since
-    before the start, so lease + margin past the start no route read before it is trusted.
+    stamped before it read that route (``tsmigrate.service.routing.Router._read_op``): one whose
+    newest heartbeat is older than its lease (plus ``FENCE_MARGIN_S``) holds no route read before
+    the fence, and one whose heartbeat is younger is waited for, whatever its clock says. The
+    fence is up since before the start, so lease + margin past the start no route read before it
+    is trusted.
     Clients waited for that never acknowledged are listed as unacknowledged."""
     from tsmigrate.instance import clock
 
     rewrite = runner.rewrite
-    lease = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
+    lease = float(rewrite.get("routing_lease_s") or routes.LEASE_S)
     lease = max(lease, float(rewrite.get("previous_lease_s") or 0))  # routes read under the old one
     start_ms, started = clock.server_now_ms(client), time.monotonic()
 
@@ -152,7 +154,7 @@ def wait_for_clients(client: Any, runner: machine.Runner, step: Callable[[], Any
         if time.monotonic() - saved > 1.0:
             runner.save()  # the fence's short runner lease stays ours while we wait
             saved = time.monotonic()
-        time.sleep(routing.POLL_S)
+        time.sleep(routes.POLL_S)
     rows = live_clients(client, rewrite.target, now_ms=now_ms())
     waited.update({c["id"]: c for c in rows if c["id"] in waited})
     acknowledged = [c for c in rows if int(c.get("seen_version", -1)) >= version]
@@ -165,7 +167,7 @@ def wait_for_clients(client: Any, runner: machine.Runner, step: Callable[[], Any
 def revert_problem(job: RewriteJob) -> str | None:
     """Why rows services write to the target after the switch could not be carried back to the
     source (None: they can): known from the two tables' declarations (``shapes``)."""
-    from tsmigrate.rewrite import shapes
+    from tsmigrate.contract import shapes
 
     return shapes.revert_problem(job.source, job.target, job.custom)
 
@@ -224,7 +226,7 @@ def switch(client: Any, spec: Any, runner: machine.Runner, *, lease_s: float | N
         waited["catch_up_s"] += catch_up()  # what came while verification read: the fence's drain
         before = {name: round(seconds, 3) for name, seconds in waited.items()}
         report("before-fence", before)
-        previous = float(rewrite.get("routing_lease_s") or routing.LEASE_S)
+        previous = float(rewrite.get("routing_lease_s") or routes.LEASE_S)
         runner.save(phase=machine.SWITCHING, fence_ms=machine.now_ms(),
                     routing_lease_s=float(lease_s or previous), previous_lease_s=previous,
                     fence_version=runner.rewrite.version + 1, error=None, before_fence=before,

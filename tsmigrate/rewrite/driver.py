@@ -91,8 +91,9 @@ def make_capture(client: Any, rewrite: machine.Rewrite,
                  runner: shards.ShardRunner | None = None) -> capture_mod.Capture:
     """Forward capture, its shards run by ``runner`` (threads, as many as the rewrite's last
     ``--workers``, unless given)."""
+    from tsmigrate.contract import transform
     from tsmigrate.rewrite import capture as capture_mod
-    from tsmigrate.rewrite import checkpoints, splits, transform, writer
+    from tsmigrate.rewrite import checkpoints, splits, writer
 
     job = job_of(rewrite)
     split_list = _splits(client, rewrite)
@@ -238,8 +239,9 @@ def recheck(client: Any, job: RewriteJob, runner: machine.Runner, capture: captu
     """Read the differing source rows, catch capture up, read the target rows and the source
     rows again: a source row that did not change meanwhile must have its exact transform in the
     target (and no stale row at its old target key)."""
+    from tsmigrate.contract import transform
     from tsmigrate.rewrite import capture as capture_mod
-    from tsmigrate.rewrite import copy, transform
+    from tsmigrate.rewrite import copy
 
     t = transform.build(job)
     keys = [_key(s) for s, _ in differences if s]
@@ -370,7 +372,7 @@ def verify_until_stable(client: Any, spec: ConnectionSpec, runner: machine.Runne
 
 
 def transform_key_text(key: Any) -> str:
-    from tsmigrate.rewrite.transform import format_key
+    from tsmigrate.contract.transform import format_key
 
     return format_key(key)
 

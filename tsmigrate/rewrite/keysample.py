@@ -68,10 +68,10 @@ def sample(client: Any, table: Table, limit: int = DEFAULT_ROWS, *,
            progress: Callable[[int, int], None] | None = None) -> Sampled:
     """Up to ``limit`` rows of ``table`` (read calls only), with the newest value of each column
     of ``wanted`` (what a key transform needs); ``progress(rows, limit)`` after every page."""
+    from tsmigrate.contract.rowbytes import scan_rows
     from tsmigrate.instance.rawclient import RawClient
     from tsmigrate.rewrite import splits
     from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
-    from tsmigrate.rewrite.rowbytes import scan_rows
 
     raw = RawClient(client)
     if ranges is None:
@@ -156,7 +156,7 @@ def key_spread(client: Any, source: Table, target: Table, limit: int | None = No
     """The rewrite of ``source`` into ``target``, measured before the copy: one sample of the
     source, its key's metrics and those of the new key its rows get (``custom``: a key
     transform's reference, as the rewrite takes it)."""
-    from tsmigrate.rewrite.transform import RowTransform
+    from tsmigrate.contract.transform import RowTransform
 
     try:
         transform = RowTransform.build(source, target, custom)

@@ -24,7 +24,7 @@ raw SDK) still lands on the old side. Every write is in that table's stream, so 
 
 ``finish`` (and ``abort`` after a revert, and the next ``switch``) waits until the net has read
 past the fence by longer than a request can take to be acknowledged (``bound_s``: the routing
-lease plus the acknowledgement bound ``routing.ACK_S``, or the longest request timeout a routing
+lease plus the acknowledgement bound ``routes.ACK_S``, or the longest request timeout a routing
 process reported when that is shorter, plus a margin), drains it, and refuses while conflicts
 are not accepted. The net never runs ahead of the capture that writes the side it watches (see
 ``settle``): what that capture has not copied yet is not late.
@@ -42,6 +42,9 @@ from typing import Any
 
 import attrs
 
+from tsmigrate.contract import routes
+from tsmigrate.contract.rowbytes import cell_value
+from tsmigrate.contract.transform import format_key
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
@@ -56,9 +59,6 @@ from tsmigrate.rewrite.capture import (
     Stats,
     _TargetRow,
 )
-from tsmigrate.rewrite.rowbytes import cell_value
-from tsmigrate.rewrite.transform import format_key
-from tsmigrate.service import routing
 
 LATE_KIND = "rewrite-late"
 NET = "late_net"  # the doc key of the net's position (a capture position, plus what it watches)
@@ -66,7 +66,7 @@ ROW = "*"  # the column of a conflict about the whole row
 KEY_TEXT_MAX = 900  # longer key texts are hashed in the state row's key (1 KB at most there)
 # A routing process that reports no request timeout talks through an SDK client with its
 # default socket_timeout (tablestore.OTSClient.DEFAULT_SOCKET_TIMEOUT).
-SDK_REQUEST_TIMEOUT_S = 50.0
+SDK_REQUEST_TIMEOUT_S = routes.SDK_SOCKET_TIMEOUT_S
 MARGIN_S = 0.5  # the stream shows a record a moment after its write is acknowledged
 DRAIN_S = 60.0  # the most a pass waits for the net to reach its stream's end
 POLL_S = 0.25
@@ -449,7 +449,8 @@ def watching(rewrite: machine.Rewrite) -> str | None:
 
 def make(client: Any, rewrite: machine.Rewrite,
          runner: shards.ShardRunner | None = None) -> LateWrites | None:
-    from tsmigrate.rewrite import transform, writer
+    from tsmigrate.contract import transform
+    from tsmigrate.rewrite import writer
     from tsmigrate.rewrite.reverse import reverse_job
 
     net = rewrite.get(NET)
@@ -484,9 +485,9 @@ def bound_s(client: Any, rewrite: machine.Rewrite) -> tuple[float, str]:
     acknowledged within its client's request timeout, or not at all."""
     from tsmigrate.rewrite.reverse import clients
 
-    lease = max(float(rewrite.get("routing_lease_s") or routing.LEASE_S),
+    lease = max(float(rewrite.get("routing_lease_s") or routes.LEASE_S),
                 float(rewrite.get("previous_lease_s") or 0))
-    ack = float(rewrite.get("routing_ack_s") or routing.ACK_S)
+    ack = float(rewrite.get("routing_ack_s") or routes.ACK_S)
     reported = [(float(c.get("request_timeout_s") or SDK_REQUEST_TIMEOUT_S), c)
                 for c in clients(client, rewrite.target)]
     timeout, who = max(reported, key=lambda r: r[0], default=(0.0, None))

@@ -19,6 +19,10 @@ The phase also tells services on the model API which table takes their writes (`
 source until the switch, the target after it; while a fence is up (switching, reverting,
 finishing from ready) they hold their writes.
 
+The phases, ``side`` and the row's format (``row_problems``, the job it holds) are the rewrite's
+contract with services (``tsmigrate.contract``), named here too; this module reads, moves and
+leases the row.
+
 The split checkpoints (rows copied per split) are kept by the data plane next to this row
 (``tsmigrate.rewrite.checkpoints``); this row holds everything else.
 """
@@ -38,24 +42,35 @@ from typing import Any
 import attrs
 import tablestore as ts
 
+from tsmigrate.contract.phases import (  # noqa: F401 (the contract's, named here too)
+    ABORTED,
+    BACKFILL,
+    CATCH_UP,
+    CUT_OVER,
+    DONE,
+    ENDED,
+    FAILED,
+    FINISHING,
+    HOLD,
+    PAUSED,
+    PHASES,
+    PREPARE,
+    READY,
+    REVERTING,
+    RUNNING_PHASES,
+    SOURCE,
+    SWITCHED,
+    SWITCHING,
+    TARGET,
+    side,
+)
+from tsmigrate.contract.staterow import KIND, RewriteJob, row_problems
+from tsmigrate.contract.staterow import key as _key
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
 from tsmigrate.instance.state import STATE_TABLE, StateRowError, pid_alive
-from tsmigrate.rewrite.job import RewriteJob
 
-KIND = "rewrite"
 LEASE_S = 120
-
-PREPARE, BACKFILL, CATCH_UP, READY, FINISHING, DONE = (
-    "prepare", "backfill", "catch-up", "ready", "finishing", "done",
-)
-SWITCHING, SWITCHED, REVERTING = "switching", "switched", "reverting"
-PAUSED, FAILED, ABORTED = "paused", "failed", "aborted"
-RUNNING_PHASES = (PREPARE, BACKFILL, CATCH_UP, READY, SWITCHING, SWITCHED, REVERTING, FINISHING)
-PHASES = (*RUNNING_PHASES, DONE, PAUSED, FAILED, ABORTED)
-ENDED = (DONE, ABORTED)
-# Services may have written the target as the table of record: abort would lose their writes.
-CUT_OVER = (SWITCHING, SWITCHED, REVERTING)
 
 # The phases each phase may move to (pause, fail and abort are added for every running phase).
 _NEXT: dict[str, tuple[str, ...]] = {
@@ -68,25 +83,6 @@ _NEXT: dict[str, tuple[str, ...]] = {
     REVERTING: (READY, SWITCHED),
     FINISHING: (DONE, READY, SWITCHED),
 }
-
-SOURCE, TARGET, HOLD = "source", "target", "hold"
-
-
-def side(phase: str, resume_to: str | None = None, finish_from: str | None = None) -> str:
-    """Which table takes the writes of services on the model API in ``phase``: ``source``,
-    ``target``, or ``hold`` (a fence is up: writes wait until it comes down)."""
-    if phase in (PAUSED, FAILED):
-        phase = resume_to or READY
-        if phase in (SWITCHING, REVERTING):  # a fence a failure left up: the next command ends it
-            return HOLD
-    if phase in (SWITCHING, REVERTING):
-        return HOLD
-    if phase == FINISHING:
-        return TARGET if finish_from == SWITCHED else HOLD
-    if phase in (SWITCHED, DONE):
-        return TARGET
-    return SOURCE
-
 
 class RewriteError(TsmigrateError):
     """A rewrite cannot go on as asked; the message says why and what to run next."""
@@ -177,75 +173,6 @@ def set_aside_error(rewrite: Rewrite, which: str, refused: str) -> RewriteError 
         f"off the list once it can be carried); `tsmigrate rewrite status {rewrite.target}` "
         "lists them"
     )
-
-
-def _key(target: str) -> list[tuple[str, Any]]:
-    return [("kind", KIND), ("id", target)]
-
-
-# The doc's fields and the JSON types tsmigrate writes them as (None, or absent, is always allowed):
-# a hand-edited value of another type would fail far from here, as a KeyError or TypeError.
-_NUMBER = (int, float)
-_DOC_TYPES: dict[str, tuple[type, ...]] = {
-    "job": (str,), "key_change": (str,), "error": (str,), "wants_runner": (str,),
-    "resume_to": (str,), "finish_from": (str,), "no_revert": (str,),
-    "runner": (dict,), "estimate": (dict,), "backfill": (dict,), "verification": (dict,),
-    "capture": (dict,), "capture_stats": (dict,), "fence": (dict,), "stream_was": (dict,),
-    "target_stream_was": (dict,), "reverse_capture": (dict,), "reverse_stats": (dict,),
-    "capture_error": (str,), "reverse_error": (str,),
-    "touched_splits": (list,),
-    # The late-write net (``late``): what it watches and from where, its counts, what was accepted
-    "late_net": (dict,), "late_stats": (dict,), "late_error": (str,), "conflicts_accepted": (list,),
-    "late_lag_s": _NUMBER, "late_at_ms": _NUMBER, "fence_server_ms": _NUMBER, "routing_ack_s": _NUMBER,
-    "created_server_ms": _NUMBER,
-    "created_ms": _NUMBER, "updated_ms": _NUMBER, "fence_ms": _NUMBER, "fence_version": _NUMBER,
-    "routing_lease_s": _NUMBER, "previous_lease_s": _NUMBER, "capture_lag_s": _NUMBER,
-    "declared_deviation": _NUMBER, "source_declared_deviation": _NUMBER,
-    "backfill_started_ms": _NUMBER, "reverse_lag_s": _NUMBER, "capture_at_ms": _NUMBER,
-    "reverse_at_ms": _NUMBER,
-}
-_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "a number"}
-
-
-def row_problems(columns: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """What is wrong with a rewrite row's columns (none: as tsmigrate writes it), and its doc."""
-    problems: list[str] = []
-    source = columns.get("source")
-    if not isinstance(source, str) or not source:
-        problems.append("column 'source' is missing" if source is None
-                        else f"column 'source' is {source!r}, not a table name")
-    phase = columns.get("phase")
-    if phase not in PHASES:
-        problems.append("column 'phase' is missing" if phase is None
-                        else f"column 'phase' is {phase!r}, not one of {', '.join(PHASES)}")
-    version = columns.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        problems.append("column 'version' is missing" if version is None
-                        else f"column 'version' is {version!r}, not an integer")
-    doc: Any = {}
-    text = columns.get("doc", "{}")
-    try:
-        doc = json.loads(text) if isinstance(text, str) else None
-    except ValueError as exc:
-        problems.append(f"column 'doc' is not JSON ({exc})")
-        return problems, {}
-    if not isinstance(doc, dict):
-        problems.append(f"column 'doc' is {text!r}, not a JSON object")
-        return problems, {}
-    for name, kinds in _DOC_TYPES.items():
-        value = doc.get(name)
-        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
-            problems.append(f"doc field {name!r} is {value!r}, not {_TYPE_NAMES[kinds[0]]}")
-    for name, allowed_phases in (("resume_to", RUNNING_PHASES), ("finish_from", PHASES)):
-        if isinstance(doc.get(name), str) and doc[name] not in allowed_phases:
-            problems.append(f"doc field {name!r} is {doc[name]!r}, not a phase")
-    runner = doc.get("runner")
-    if isinstance(runner, dict) and not (isinstance(runner.get("owner"), str)
-                                         and isinstance(runner.get("expires_ms"), _NUMBER)):
-        problems.append(f"doc field 'runner' is {runner!r}, not an owner and an expires_ms")
-    if "job" not in doc:
-        problems.append("doc field 'job' is missing")
-    return problems, doc
 
 
 def _malformed(target: str, problems: list[str]) -> StateRowError:

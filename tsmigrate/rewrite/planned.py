@@ -16,9 +16,10 @@ from typing import Any
 
 import attrs
 
+from tsmigrate.contract import shapes
 from tsmigrate.planning import ops
 from tsmigrate.planning.plan import RewriteAhead
-from tsmigrate.rewrite import driver, machine, prepare, shapes
+from tsmigrate.rewrite import driver, machine, prepare
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
 from tsmigrate.schema import Catalog, StreamSpec
 
@@ -78,7 +79,7 @@ def _job(live: Catalog, models: Catalog, source: str, target: str,
 def start(client: Any, live: Catalog, models: Catalog, step: ops.RewriteTable,
           custom: str | None = None) -> machine.Rewrite:
     """Start the rewrite ``step`` plans; ``custom``: a key transform's reference
-    (``tsmigrate.rewrite.functions``) for keys no derivation expresses."""
+    (``tsmigrate.contract.functions``) for keys no derivation expresses."""
     job = _job(live, models, step.source, step.table, custom)
     return machine.start(client, source=step.source, target=step.table,
                          doc={"job": job.to_json(), "key_change": step.key_change})

@@ -161,7 +161,7 @@ def live_options(raw: RawClient, table: Table) -> Table:
 def check_live_shapes(raw: RawClient, job: RewriteJob) -> None:
     """Raise shapes.RewriteShapeError when the two tables' live options (what plan checked in
     the models, or changed by hand since) are ones the rewrite cannot work with. Read calls only."""
-    from tsmigrate.rewrite import shapes
+    from tsmigrate.contract import shapes
 
     shapes.check(live_options(raw, job.source), live_options(raw, job.target), job.custom)
 
@@ -181,7 +181,8 @@ def prepare(client: Any, spec: ConnectionSpec, runner: machine.Runner, job: Rewr
             workers: int = 1) -> None:
     """Run the prepare phase (each step is safe to run again after a crash), then move the
     rewrite to backfill."""
-    from tsmigrate.rewrite import copy, splits, transform
+    from tsmigrate.contract import transform
+    from tsmigrate.rewrite import copy, splits
 
     rewrite = runner.rewrite
     raw = RawClient(client)

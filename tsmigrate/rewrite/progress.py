@@ -17,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tsmigrate.contract import routes
 from tsmigrate.instance.pipeprogress import clock
 from tsmigrate.instance.state import StateRowError, pid_alive
 from tsmigrate.rewrite import machine
@@ -336,9 +337,7 @@ def fence_up(client: Any, rewrite: machine.Rewrite,
     """The fence while it is up (services on the model API hold their writes): the phase that
     raised it, since when (``fence_ms``; unknown for finish from ready, which keeps no time),
     who holds it (the runner, and the command's run in the history), and how long a write
-    waits (``routing.HOLD_S``) before it fails with ``WritesHeld``; None when no fence is up."""
-    from tsmigrate.service import routing  # the service layer: status only, not apply
-
+    waits (``routes.HOLD_S``) before it fails with ``WritesHeld``; None when no fence is up."""
     if not rewrite.active or rewrite.side != machine.HOLD:
         return None
     phase = rewrite.phase
@@ -352,7 +351,7 @@ def fence_up(client: Any, rewrite: machine.Rewrite,
     return {"phase": phase, "since": _when(since_ms), "since_ms": since_ms,
             "age_s": _age_s(since_ms, machine.now_ms()), "held_by": holder,
             "held_by_live": bool(holder and holder["alive"]),
-            "write_wait_s": routing.HOLD_S, "writes_fail_with": routing.WritesHeld.__name__}
+            "write_wait_s": routes.HOLD_S, "writes_fail_with": routes.HELD_ERROR}
 
 
 def _holder_run(client: Any, rewrite: machine.Rewrite, holder: dict[str, Any]) -> dict[str, Any]:

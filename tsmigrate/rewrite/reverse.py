@@ -11,12 +11,11 @@ from typing import Any
 
 import attrs
 
+from tsmigrate.contract.staterow import CLIENT_KIND, RewriteJob
 from tsmigrate.instance import adapter, clock
 from tsmigrate.instance.state import STATE_TABLE
 from tsmigrate.rewrite import capture as capture_mod
 from tsmigrate.rewrite import machine, shards
-from tsmigrate.rewrite.job import RewriteJob
-from tsmigrate.service import routing
 
 LIVE_S = 60.0  # heartbeats this recent are listed (status) as processes routing the rewrite
 
@@ -30,7 +29,7 @@ def clients(client: Any, target: str, *, now_ms: int | None = None) -> list[dict
     process's own clock when it wrote the row, is kept as information."""
     with contextlib.suppress(Exception):
         rows = [(key, columns, stamps) for key, columns, stamps in
-                clock.scan_stamped(client, STATE_TABLE, ("kind", routing.CLIENT_KIND), "id")
+                clock.scan_stamped(client, STATE_TABLE, ("kind", CLIENT_KIND), "id")
                 if str(key).startswith(f"{target}/")]
         if rows and now_ms is None:
             try:
@@ -48,7 +47,7 @@ def forget_clients(client: Any, target: str) -> None:
     for row in clients(client, target, now_ms=0):  # their age does not matter
         with contextlib.suppress(Exception):
             adapter.delete_row(client, STATE_TABLE,
-                               [("kind", routing.CLIENT_KIND), ("id", f"{target}/{row['id']}")])
+                               [("kind", CLIENT_KIND), ("id", f"{target}/{row['id']}")])
 
 
 def live_clients(client: Any, target: str, *, now_ms: int | None = None) -> list[dict[str, Any]]:
@@ -66,7 +65,8 @@ def reverse_job(job: RewriteJob) -> RewriteJob:
 
 def make_reverse_capture(client: Any, rewrite: machine.Rewrite,
                          runner: shards.ShardRunner | None = None) -> capture_mod.Capture:
-    from tsmigrate.rewrite import transform, writer
+    from tsmigrate.contract import transform
+    from tsmigrate.rewrite import writer
 
     job = reverse_job(machine.job_of(rewrite))
     capture = capture_mod.Capture(

@@ -28,12 +28,12 @@ from typing import Any
 import attrs
 from tablestore import OTSClient
 
+from tsmigrate.contract.rowbytes import DIGEST_MASK, page_totals, row_digest, scan_rows
+from tsmigrate.contract.transform import RowTransform, build, format_key
 from tsmigrate.instance.rawclient import RawClient
 from tsmigrate.rewrite.copy import PAGE_ROWS, read_page
 from tsmigrate.rewrite.job import ConnectionSpec, RewriteJob
-from tsmigrate.rewrite.rowbytes import DIGEST_MASK, page_totals, row_digest, scan_rows
 from tsmigrate.rewrite.splits import Split, compute, locator
-from tsmigrate.rewrite.transform import RowTransform, build, format_key
 from tsmigrate.schema import Table
 from tsmigrate.wire.plainbuffer import INF_MAX, INF_MIN, encode_primary_key
 

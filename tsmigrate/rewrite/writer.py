@@ -30,12 +30,12 @@ from tablestore import OTSClient
 from tablestore.error import OTSServiceError
 from tablestore.protobuf import table_store_pb2 as pb
 
+from tsmigrate.contract import rowbytes
+from tsmigrate.contract.rowbytes import key_cells
+from tsmigrate.contract.transform import RowTransform, TargetRow, format_key
 from tsmigrate.errors import TsmigrateError
 from tsmigrate.instance import adapter, retry
 from tsmigrate.instance.rawclient import RawClient
-from tsmigrate.rewrite import rowbytes
-from tsmigrate.rewrite.rowbytes import key_cells
-from tsmigrate.rewrite.transform import RowTransform, TargetRow, format_key
 from tsmigrate.wire.plainbuffer import (
     HEADER,
     OP_DELETE_ONE,

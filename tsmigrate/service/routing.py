@@ -3,10 +3,11 @@
 Tablestore has no rename, so a key-changing rewrite ends with two tables and services on two
 versions of the model during their rolling deploy. ``Rows``/``AsyncRows`` of either model (the
 replaced table's, or the one declaring ``replaces=``) read and write the side the rewrite's row in
-``tsmigrate_state`` names (``machine.side``): the source until ``tsmigrate rewrite switch``, the
-target after it. A row of one side is written to the other through the rewrite's key transform
-(old model -> new table) or its inverse (new model -> old table), so at any moment one table takes
-the writes of every service on the model API, whichever model it was built with.
+``tsmigrate_state`` names (``tsmigrate.contract.phases.side``): the source until ``tsmigrate
+rewrite switch``, the target after it. A row of one side is written to the other through the
+rewrite's key transform (old model -> new table) or its inverse (new model -> old table), so at
+any moment one table takes the writes of every service on the model API, whichever model it was
+built with.
 
 - The state is read at most once per lease (``LEASE_S``, or the rewrite's ``routing_lease_s``)
   per process and table: a steady-state call costs no extra round trip.
@@ -55,7 +56,9 @@ carries such late writes over. A process paused between its check and the bytes 
 microseconds of Python) is the same case.
 
 This module decides the route; ``routed.py`` sends the calls of ``Rows`` along it and
-``translate.py`` rebuilds a row for the other table.
+``translate.py`` rebuilds a row for the other table. What it shares with the rewrite engine (the
+phases, the state row's format, the timing above, the key transform) is ``tsmigrate.contract``:
+routing loads no module of the engine.
 """
 
 from __future__ import annotations
@@ -74,26 +77,27 @@ import attrs
 from tablestore import OTSServiceError
 from tablestore import metadata as md
 
+from tsmigrate.contract.phases import (
+    ABORTED,
+    ENDED,
+    FAILED,
+    FINISHING,
+    HOLD,
+    PAUSED,
+    SOURCE,
+    SWITCHING,
+    TARGET,
+)
+from tsmigrate.contract.phases import side as side_in
+from tsmigrate.contract.routes import ACK_S, HOLD_S, LEASE_S, POLL_S, SDK_SOCKET_TIMEOUT_S
+from tsmigrate.contract.staterow import CLIENT_KIND, KIND, STATE_TABLE, RewriteJob, row_problems
 from tsmigrate.service.calls import Call, Op, arun, run
 from tsmigrate.service.errors import RowError
 from tsmigrate.service.translate import Translator
 
-STATE_TABLE = "tsmigrate_state"  # tsmigrate.instance.state.STATE_TABLE, without importing the engine
-REWRITE_KIND = "rewrite"
-CLIENT_KIND = "rewrite-client"
-LEASE_S = 2.0  # how long a process trusts the state it read (a rewrite may set its own)
-# A routed write answered later than this after it was sent is not acknowledged (an error says
-# it may have landed): so no acknowledged write lands on a side more than LEASE_S + ACK_S after
-# the fence, which is how long finish waits for late writes (a rewrite may set its own).
-ACK_S = 10.0
-HOLD_S = 30.0  # the longest a write waits for a fence (switch, revert) to come down
 REFRESH_WAIT_S = 10.0  # how long an expired lease is retried before writes stop with an error
-POLL_S = 0.05  # how often a held write reads the state again
 RETRY_S = 0.2  # between attempts to read the state when a read failed
-SOURCE, TARGET, HOLD = "source", "target", "hold"
-ENDED = ("done", "aborted")  # machine.ENDED, without importing the engine into services
-SDK_SOCKET_TIMEOUT_S = 50.0  # the SDK's default socket_timeout (OTSClient.DEFAULT_SOCKET_TIMEOUT)
-
+REWRITE_KIND = KIND  # the rewrite's row (tsmigrate.contract.staterow.KIND)
 
 class RoutingError(RowError):
     """A write cannot be routed to a side of a rewrite now."""
@@ -113,9 +117,7 @@ class WritesHeld(RoutingError):
 
 
 def _side(phase: str, doc: dict[str, Any]) -> str:
-    from tsmigrate.rewrite.machine import side
-
-    return side(phase, doc.get("resume_to"), doc.get("finish_from"))
+    return side_in(phase, doc.get("resume_to"), doc.get("finish_from"))
 
 
 @attrs.frozen
@@ -170,8 +172,8 @@ class Route:
         """Reads go to the side of record; under a fence, to the side before it."""
         if not self.holding:
             return self.writes_other
-        before = SOURCE if self.phase in ("switching", "finishing") else TARGET
-        if self.phase in ("paused", "failed"):
+        before = SOURCE if self.phase in (SWITCHING, FINISHING) else TARGET
+        if self.phase in (PAUSED, FAILED):
             before = SOURCE  # a fence a failure left up: the source still has every write
         return self._is_other(before)
 
@@ -256,11 +258,9 @@ class Router:
     # -- deciding from the state -----------------------------------------------------------------
 
     def decide(self, rows: list[tuple[str, dict[str, Any]]]) -> Route:
-        from tsmigrate.rewrite.machine import row_problems
-
         mine = []
         for target, columns in rows:
-            if self.table not in (target, columns.get("source")) or columns.get("phase") == "aborted":
+            if self.table not in (target, columns.get("source")) or columns.get("phase") == ABORTED:
                 continue
             problems, doc = row_problems(columns)
             if problems:  # a side read from a damaged row would be a guess: writes stop
@@ -291,8 +291,6 @@ class Router:
                      ack_s=float(doc.get("routing_ack_s") or ACK_S))
 
     def _translator(self, doc: dict[str, Any], own_is_source: bool) -> Translator:
-        from tsmigrate.rewrite.job import RewriteJob
-
         job = RewriteJob.from_json(doc["job"])
         key = (job.id, own_is_source)
         if key not in self._translators:

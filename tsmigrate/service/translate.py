@@ -14,7 +14,7 @@ class Translator:
     one way, its inverse (the transform of the target's key back to the source's) the other."""
 
     def __init__(self, job: Any, own_is_source: bool):
-        from tsmigrate.rewrite import transform
+        from tsmigrate.contract import transform  # loaded when a rewrite is routed, not before
 
         forward = transform.build(job)
         backward = transform.RowTransform.build(job.target, job.source)

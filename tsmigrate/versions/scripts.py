@@ -20,12 +20,10 @@ functions can be pickled, and ``load_callable`` finds them again from another pr
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.resources
 import re
 import sys
-import traceback
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from tsmigrate.contract import functions
 from tsmigrate.versions.errors import DuplicateRevisionError, ScriptImportError, UnknownRevisionError
 from tsmigrate.versions.graph import RevisionGraph
 
@@ -144,28 +143,11 @@ class Script:
         return f"{self.path}:{function.__qualname__}"
 
 
-def _module_name(path: str) -> str:
-    stem = re.sub(r"\W", "_", path.rsplit("/", 1)[-1].removesuffix(".py"))
-    return f"_tsmigrate_revision_{hashlib.sha1(path.encode()).hexdigest()[:10]}_{stem}"
+_module_name = functions.script_module_name
 
 
 def _execute(source: bytes, path: str) -> types.ModuleType:
-    module = types.ModuleType(_module_name(path))
-    module.__file__ = path
-    try:
-        code = compile(source, path, "exec")
-        sys.modules[module.__name__] = module
-        exec(code, module.__dict__)
-    except (Exception, SystemExit) as exc:
-        sys.modules.pop(module.__name__, None)
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
-        line = f":{frames[-1].lineno}" if frames else ""
-        if isinstance(exc, SyntaxError):
-            line = f":{exc.lineno}"
-        raise ScriptImportError(
-            f"revision script {path}{line} fails to import: {type(exc).__name__}: {exc}"
-        ) from None
-    return module
+    return functions.execute_script(source, path, ScriptImportError)
 
 
 def load_script(source: bytes, path: str, filename: str) -> Script:
@@ -252,32 +234,10 @@ class ScriptDirectory:
         return [self.scripts[rev] for rev in self.graph.topological()]
 
 
-_CACHE: dict[str, types.ModuleType] = {}
+_CACHE = functions.SCRIPTS  # the scripts this process loaded, by path
 
 
 def load_callable(reference: str) -> Callable[..., Any]:
-    """The function ``Script.reference`` named, loaded again in this process if needed."""
-    path, _, qualname = reference.rpartition(":")
-    module = _CACHE.get(path) or sys.modules.get(_module_name(path))
-    if module is None:
-        try:
-            if Path(path).is_file():
-                source = Path(path).read_bytes()
-            else:
-                package, _, rest = path.partition(":")
-                files: Any = importlib.resources.files(package)
-                for part in filter(None, rest.split("/")):
-                    files = files.joinpath(part)
-                source = files.read_bytes()
-        except Exception as exc:  # a missing file, a package that is not installed
-            raise ScriptImportError(
-                f"cannot read revision script {path} (for {reference}): {type(exc).__name__}: {exc}"
-            ) from None
-        module = _execute(source, path)
-    _CACHE[path] = module
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise UnknownRevisionError(f"revision script {path} defines no {qualname}")
-    return target
+    """The function ``Script.reference`` named, loaded again in this process if needed
+    (``tsmigrate.contract.functions.script_function``: a worker loads it so too)."""
+    return functions.script_function(reference, ScriptImportError, UnknownRevisionError)

@@ -24,11 +24,9 @@ from typing import Any
 
 import attrs
 
-from tsmigrate.errors import KeyDerivationError, TsmigrateError
-from tsmigrate.keys import Derivation
-from tsmigrate.rewrite import functions
-from tsmigrate.rewrite.rekey import NotRekeyable, Rekey
-from tsmigrate.rewrite.rowbytes import (
+from tsmigrate.contract import functions
+from tsmigrate.contract.rekey import NotRekeyable, Rekey
+from tsmigrate.contract.rowbytes import (
     DIGEST_MASK,
     ROW_CHECKSUM,
     ScannedRow,
@@ -37,6 +35,8 @@ from tsmigrate.rewrite.rowbytes import (
     row_digest,
     scan_rows,
 )
+from tsmigrate.errors import KeyDerivationError, TsmigrateError
+from tsmigrate.keys import Derivation
 from tsmigrate.schema import BINARY, INTEGER, STRING, Table
 from tsmigrate.wire.plainbuffer import HEADER, PlainBufferError, encode_cell, encode_primary_key_cells
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tsmigrate.rewrite.rowbytes import (
+from tsmigrate.contract.rowbytes import (
     CRC8_SHIFT,
     CRC8_TABLE,
     ROW_CHECKSUM,

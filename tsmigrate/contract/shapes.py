@@ -65,7 +65,7 @@ def revert_problem(source: Table, target: Table, custom: str | None = None) -> s
     if custom:
         return (f"the new key is computed by a custom transform ({custom}) with no inverse: a row "
                 f"written to {target.name} does not tell which {source.name} key it belongs to")
-    from tsmigrate.rewrite.transform import RowTransform
+    from tsmigrate.contract.transform import RowTransform
 
     # The transform reverse capture runs: the fields of the old key that the new key does not
     # give back are read from the row's attributes (a time bucket is recomputed from its source,
