@@ -80,3 +80,59 @@ def test_the_top_level_shows_at_most_fifteen_layers_and_entry_points_each_in_the
     listed = _readme_layout()
     assert len(listed) == len(set(listed))
     assert set(listed) == _top_level()
+
+
+def test_an_import_that_climbs_a_layer_is_named_with_both_layers():
+    tool = _cycles_module()
+    graph = {
+        "tsmigrate.schema.model": {"tsmigrate.errors"},
+        "tsmigrate.errors": set(),
+        "tsmigrate.rewrite.capture": {"tsmigrate.wire.plainbuffer", "tsmigrate.service.routing"},
+        "tsmigrate.wire.plainbuffer": set(),
+        "tsmigrate.service.routing": {"tsmigrate.contract.phases"},
+        "tsmigrate.contract.phases": set(),
+        # apply and status sit above the engines they drive, though in instance/
+        "tsmigrate.instance.apply": {"tsmigrate.rewrite.capture", "tsmigrate.instance.adapter"},
+        "tsmigrate.instance.adapter": set(),
+        "tsmigrate.instance.retry": {"tsmigrate.rewrite.capture"},
+    }
+    assert tool.layer_problems(graph) == [
+        "layer: tsmigrate.instance.retry (instance) imports tsmigrate.rewrite.capture (engines, above it)",
+        "layer: tsmigrate.rewrite.capture (engines) imports tsmigrate.service.routing (service, above it)",
+    ]
+
+
+def test_only_what_starts_a_local_server_imports_local_and_every_module_has_a_layer():
+    tool = _cycles_module()
+    graph = {
+        "tsmigrate.instance.target": {"tsmigrate.local.embedded"},
+        "tsmigrate.cli": {"tsmigrate.local.cli"},
+        "tsmigrate.local.embedded": {"tsmigrate.wire.signing"},
+        "tsmigrate.local.cli": set(),
+        "tsmigrate.wire.signing": set(),
+        "tsmigrate.rewrite.job": {"tsmigrate.local.auth"},
+        "tsmigrate.local.auth": set(),
+        "tsmigrate.newthing": set(),
+    }
+    assert tool.layer_problems(graph) == [
+        "layer: tsmigrate.newthing is in no layer (add it to LAYERS)",
+        "layer: tsmigrate.rewrite.job imports tsmigrate.local.auth: only what starts a local server "
+        "imports local/ (tsmigrate.cli, tsmigrate.instance.target)",
+    ]
+
+
+def test_the_readme_lists_the_top_level_in_the_tools_layer_order():
+    tool = _cycles_module()
+    modules = [f"tsmigrate.{entry.removesuffix('.py')}" for entry in _readme_layout()
+               if entry not in PACKAGE_FILES]
+    layers = [tool.layer_of(module) for module in modules]
+    assert None not in layers, modules
+    assert layers == sorted(layers), list(zip(modules, layers, strict=True))
+    named = [name for name, _ in tool.LAYERS]
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Layout"):text.index("```\ntsmigrate/\n")]
+    # the numbered list names each layer's packages in the same order
+    tokens = [f"`{entry}`" if entry.endswith(".py") else f"`{entry}/`"
+              for entry in _readme_layout() if entry not in PACKAGE_FILES]
+    first_seen = [section.index(token) for token in tokens]
+    assert first_seen == sorted(first_seen), named

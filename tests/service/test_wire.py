@@ -1,4 +1,4 @@
-"""The model layer's own GetRange and BatchWriteRow (service/wire.py) against the SDK's: the same
+"""The model layer's own GetRange and BatchWriteRow (tsmigrate/wire/rows.py) against the SDK's: the same
 bytes sent, the same rows read, the same errors, through the local server."""
 
 from datetime import datetime, timezone

@@ -28,7 +28,7 @@ Cells pass through as bytes: records, source rows and target rows are read as Pl
 (``RawClient.stream_record_bytes``, BatchGetRow through ``RawClient``), a cell is compared by its
 encoded bytes and written into the target's UpdateRow as it came (name, value, timestamp and
 checksum are the same there); only keys and the values the new key is built from are decoded.
-Where tsmigrate's compiled walks are built (``rewrite/_rowwalk.c``), a page of records, the rows
+Where tsmigrate's compiled walks are built (``wire/_rowwalk.c``), a page of records, the rows
 read, a target row's merge and changes and the UpdateRows are each one C call, without a Python
 object per cell beyond the ones kept (``read_records``, ``raw_rows``, ``merge_columns``,
 ``row_changes``); each has a Python twin giving the same result.

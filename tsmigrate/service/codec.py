@@ -149,7 +149,7 @@ class ModelCodec:
         if field.type == schema.DOUBLE and type(value) is int:
             return float(value)
         if field.type == schema.BINARY and not isinstance(value, bytearray):
-            return bytearray(value)  # the SDK (and service/wire.py) types bytes as STRING
+            return bytearray(value)  # the SDK (and wire/rows.py) types bytes as STRING
         if field.type == schema.INTEGER and not INT64_MIN <= value <= INT64_MAX:
             raise RowValueError(
                 f"{self.name}.{field.name} = {value} does not fit Tablestore's 64-bit integers "
