@@ -6,22 +6,10 @@ capture position per stream shard, the last verification, and who is running it 
 Every write is a compare-and-swap on the row's ``version``, so two processes cannot both move
 one rewrite, and a process killed at any moment leaves a phase the next run continues from.
 
-Phases and transitions::
-
-    prepare -> backfill -> catch-up -> ready -> switching -> switched -> finishing -> done
-    switched -> reverting -> ready   (revert, until finish)
-    ready -> finishing               (finish --force: services not on the model API)
-    any running phase -> paused  (pause; resume goes back to the phase it left)
-    any running phase -> failed  (an error; resume or apply retries the phase it left)
-    anything before switching -> aborted (abort: the target is dropped, the source left as it was)
-
-The phase also tells services on the model API which table takes their writes (``side``): the
-source until the switch, the target after it; while a fence is up (switching, reverting,
-finishing from ready) they hold their writes.
-
-The phases, ``side`` and the row's format (``row_problems``, the job it holds) are the rewrite's
-contract with services (``tsmigrate.contract``), named here too; this module reads, moves and
-leases the row.
+The phases and their transitions, ``side`` (which table takes the writes of services in each)
+and the row's format (``row_problems``, the job it holds) are the rewrite's contract with
+services (``tsmigrate.contract.phases``, ``staterow``), named here too; this module reads,
+moves and leases the row.
 
 The split checkpoints (rows copied per split) are kept by the data plane next to this row
 (``tsmigrate.rewrite.checkpoints``); this row holds everything else.
