@@ -33,7 +33,7 @@ from serve import AK_ID, AK_SECRET, INSTANCE, cpu_s_of, start_server  # noqa: E4
 from tablestore.auth import RequestContext  # noqa: E402
 from tablestore.protobuf import table_store_pb2 as pb  # noqa: E402
 
-from tsmigrate.local import plainbuffer  # noqa: E402
+from tsmigrate.wire import plainbuffer  # noqa: E402
 
 BATCH = 200
 FULL = ([("user", ts.INF_MIN), ("seq", ts.INF_MIN)], [("user", ts.INF_MAX), ("seq", ts.INF_MAX)])
