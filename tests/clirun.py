@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 import tsmigrate
 from tsmigrate.cli import main
+from tsmigrate.contract.functions import SCRIPTS as loaded_scripts
 from tsmigrate.schema import model as model_module
-from tsmigrate.versions import scripts as scripts_module
 
 # Modules under these stay imported between runs: the interpreter's, the installed packages' and
 # tsmigrate's own. Everything else a run imports (the project's models, its revision scripts) is
@@ -58,7 +58,7 @@ def run(cwd: Path | str, *args: str, extra_env: dict[str, str] | None = None,
     model_module._REGISTRY.clear()
     modules_before = set(sys.modules)
     path_before = list(sys.path)
-    scripts_before = set(scripts_module._CACHE)
+    scripts_before = set(loaded_scripts)
     cwd_before = os.getcwd()
     os.chdir(cwd)
     try:
@@ -68,8 +68,8 @@ def run(cwd: Path | str, *args: str, extra_env: dict[str, str] | None = None,
         os.chdir(cwd_before)
         sys.path[:] = path_before
         model_module._REGISTRY[:] = registry
-        for path in set(scripts_module._CACHE) - scripts_before:
-            del scripts_module._CACHE[path]
+        for path in set(loaded_scripts) - scripts_before:
+            del loaded_scripts[path]
         for name in set(sys.modules) - modules_before:
             if _is_project_module(sys.modules[name]) or name.startswith("_tsmigrate_revision_"):
                 del sys.modules[name]

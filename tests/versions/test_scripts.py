@@ -7,12 +7,13 @@ import sys
 import pytest
 from scriptdir import write_script
 
+from tsmigrate.contract.functions import script_module_name
 from tsmigrate.versions.errors import (
     DuplicateRevisionError,
     MissingParentError,
     ScriptImportError,
 )
-from tsmigrate.versions.scripts import ScriptDirectory, _module_name, load_callable
+from tsmigrate.versions.scripts import ScriptDirectory, load_callable
 
 
 def test_loads_a_directory_in_graph_order(tmp_path):
@@ -84,7 +85,7 @@ def test_a_script_that_fails_to_import_names_file_and_line(tmp_path, upgrade, he
     with pytest.raises(ScriptImportError, match=expected):
         ScriptDirectory.load("migrations", tmp_path)
     path = str(tmp_path / "migrations" / "versions" / "aaa111_rev.py")
-    assert _module_name(path) not in sys.modules
+    assert script_module_name(path) not in sys.modules
 
 
 def test_malformed_scripts(tmp_path):
@@ -146,5 +147,5 @@ def test_a_zipped_package_loads_read_only(tmp_path, monkeypatch):
         directory.location.writable()
     reference = directory.get("aaa").reference(directory.get("aaa").module.fill)
     assert reference == "billing_schema_zip:migrations/versions/aaa111_first.py:fill"
-    sys.modules.pop(_module_name(reference.rpartition(":")[0]))  # as in a fresh worker process
+    sys.modules.pop(script_module_name(reference.rpartition(":")[0]))  # as in a fresh worker process
     assert load_callable(reference)({}) == {"z": 1}

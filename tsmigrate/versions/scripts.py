@@ -143,15 +143,8 @@ class Script:
         return f"{self.path}:{function.__qualname__}"
 
 
-_module_name = functions.script_module_name
-
-
-def _execute(source: bytes, path: str) -> types.ModuleType:
-    return functions.execute_script(source, path, ScriptImportError)
-
-
 def load_script(source: bytes, path: str, filename: str) -> Script:
-    module = _execute(source, path)
+    module = functions.execute_script(source, path, ScriptImportError)
     where = f"revision script {path}"
     revision = getattr(module, "revision", None)
     if not isinstance(revision, str) or not REVISION_ID.match(revision):
@@ -232,9 +225,6 @@ class ScriptDirectory:
     def in_order(self) -> list[Script]:
         """Every script, parents before children (ties by id)."""
         return [self.scripts[rev] for rev in self.graph.topological()]
-
-
-_CACHE = functions.SCRIPTS  # the scripts this process loaded, by path
 
 
 def load_callable(reference: str) -> Callable[..., Any]:
