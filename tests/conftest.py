@@ -1,7 +1,10 @@
 import logging
 import pathlib
+import socket
 import sys
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Make shared test helpers importable (``import strategies``) without __init__.py files.
@@ -40,3 +43,14 @@ def _short_write_samples() -> None:
 
 
 _short_write_samples()
+
+
+@pytest.fixture
+def refused_endpoint() -> Iterator[str]:
+    """An address that refuses connections: a port bound here and never listened on."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()

@@ -4,8 +4,6 @@ the fix, exit non-zero, no traceback."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import clirun
@@ -87,15 +85,6 @@ def test_an_exported_endpoint_of_a_server_with_its_own_key_needs_that_key(tmp_pa
 # --- item 2: an endpoint nothing listens on ------------------------------------------------------
 
 
-@pytest.fixture
-def refused_endpoint() -> Iterator[str]:
-    """An address that refuses connections: a port bound here and never listened on."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        sock.close()
 
 
 def test_a_refused_endpoint_is_named_with_what_to_check(tmp_path: Path, refused_endpoint: str,

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,6 @@ def _target(ots_instance) -> list[str]:
     return ["--endpoint", ots_instance.endpoint, "--instance", ots_instance.instance]
 
 
-@pytest.fixture
-def refused_endpoint() -> Iterator[str]:
-    """An address that refuses connections: a port bound here and never listened on."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        sock.close()
 
 
 # --- item 10: every command gives up on an endpoint that never answered as fast as plan ----------
