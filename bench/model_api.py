@@ -65,6 +65,47 @@ def timed(work: Callable[[], int]) -> tuple[float, float]:
     return (time.perf_counter() - start) / count, (time.process_time() - cpu) / count
 
 
+USERS = [f"user{u:04d}" for u in range(5)]  # the key prefixes fields() spreads rows over
+
+
+def model_workloads(rows: Rows, n: int, singles: int) -> dict[str, Callable[[], int]]:
+    """Blocks of calls through ``rows``, each returning its row count: ``singles`` puts, gets
+    and updates one row at a time, a batch write and a batch get of ``n`` rows, and a query of
+    every prefix (all rows written)."""
+
+    def put() -> int:
+        for i in range(singles):
+            rows.put(BenchRow(**fields(i)))
+        return singles
+
+    def get() -> int:
+        for i in range(singles):
+            rows.get(user=f"user{i % 5:04d}", seq=i)
+        return singles
+
+    def update() -> int:
+        for i in range(singles):
+            rows.update({"user": f"user{i % 5:04d}", "seq": i}, set={"age": i % 7})
+        return singles
+
+    def query() -> int:
+        count = 0
+        for user in USERS:
+            for _row in rows.query(user=user):  # touched as a service touches what it reads
+                count += 1
+        return count
+
+    def batch() -> int:
+        assert rows.batch_write(put=(BenchRow(**fields(i)) for i in range(n))).ok
+        return n
+
+    def batch_get() -> int:
+        return len(rows.batch_get(BenchRow.key(user=f"user{i % 5:04d}", seq=i) for i in range(n)))
+
+    return {"put": put, "get": get, "update": update, "query": query, "batch": batch,
+            "batch_get": batch_get}
+
+
 class BenchRowV2(Model, table="bench_rows_by_seq", replaces="bench_rows"):
     seq = PrimaryKey(int)
     user = PrimaryKey(str)
@@ -96,36 +137,18 @@ def _routing_ratios(client: ts.OTSClient, endpoint: str, rounds: int, singles: i
           target_identity="bench")
     routed, plain = Rows(BenchRow, client), Rows(BenchRow, client, routing=False)
 
-    def puts(rows: Rows) -> Callable[[], int]:
-        def work() -> int:
-            for i in range(singles):
-                rows.put(BenchRow(**fields(i)))
-            return singles
-        return work
-
-    def gets(rows: Rows) -> Callable[[], int]:
-        def work() -> int:
-            for i in range(singles):
-                rows.get(user=f"user{i % 5:04d}", seq=i)
-            return singles
-        return work
-
-    def batches(rows: Rows) -> Callable[[], int]:
-        def work() -> int:
-            assert rows.batch_write(put=(BenchRow(**fields(i)) for i in range(n))).ok
-            return n
-        return work
-
+    routed_work = model_workloads(routed, n, singles)
+    plain_work = model_workloads(plain, n, singles)
     ratios = {}
-    for name, make in (("put", puts), ("get", gets), ("batch", batches)):
+    for name in ("put", "get", "batch"):
         with_routing, without = [], []
         for pair in range(rounds):
             if pair % 2:
-                with_routing.append(timed(make(routed))[0])
-                without.append(timed(make(plain))[0])
+                with_routing.append(timed(routed_work[name])[0])
+                without.append(timed(plain_work[name])[0])
             else:
-                without.append(timed(make(plain))[0])
-                with_routing.append(timed(make(routed))[0])
+                without.append(timed(plain_work[name])[0])
+                with_routing.append(timed(routed_work[name])[0])
         ratios[f"routing_{name}"] = statistics.median(with_routing) / statistics.median(without)
         print(f"routing {name}: {statistics.median(with_routing) * 1e6:.1f} us/row routed, "
               f"{statistics.median(without) * 1e6:.1f} us/row not routed")
@@ -152,19 +175,9 @@ def main() -> None:
                 client.put_row(table, sdk_row(fields(i)), condition)
             return singles
 
-        def model_put() -> int:
-            for i in range(singles):
-                rows.put(BenchRow(**fields(i)))
-            return singles
-
         def sdk_get() -> int:
             for i in range(singles):
                 client.get_row(table, [("user", f"user{i % 5:04d}"), ("seq", i)], None, None, 1)
-            return singles
-
-        def model_get() -> int:
-            for i in range(singles):
-                rows.get(user=f"user{i % 5:04d}", seq=i)
             return singles
 
         def sdk_batch() -> int:
@@ -177,16 +190,9 @@ def main() -> None:
                 assert response.is_all_succeed()
             return n
 
-        def model_batch() -> int:
-            result = rows.batch_write(put=(BenchRow(**fields(i)) for i in range(n)))
-            assert result.ok
-            return n
-
-        users = [f"user{u:04d}" for u in range(5)]  # a block reads every prefix: all n rows
-
         def sdk_query() -> int:
             count = 0
-            for user in users:
+            for user in USERS:  # a block reads every prefix: all n rows
                 start = [("user", user), ("seq", ts.INF_MIN)]
                 end = [("user", user), ("seq", ts.INF_MAX)]
                 while start is not None:
@@ -196,18 +202,10 @@ def main() -> None:
                         count += 1
             return count
 
-        def model_query() -> int:
-            count = 0
-            for user in users:
-                for _row in rows.query(user=user):  # touched as the SDK side touches its rows
-                    count += 1
-            return count
-
-        model_batch()  # load the table for reads
-        workloads = {
-            "put": (sdk_put, model_put), "get": (sdk_get, model_get),
-            "query": (sdk_query, model_query), "batch": (sdk_batch, model_batch),
-        }
+        model = model_workloads(rows, n, singles)
+        model["batch"]()  # load the table for reads
+        workloads = {name: (sdk, model[name]) for name, sdk in (
+            ("put", sdk_put), ("get", sdk_get), ("query", sdk_query), ("batch", sdk_batch))}
         # Small blocks, alternating which side goes first; the median of each side's per-row
         # times, so a burst of load on the shared machine does not land on one side only.
         # Per workload: (SDK, model) lists of (wall, CPU) per row.

@@ -31,7 +31,7 @@ from collections.abc import Callable
 logging.getLogger("tablestore").addHandler(logging.NullHandler())  # its import-time warnings
 
 import tablestore as ts  # noqa: E402
-from model_api import BenchRow, fields  # noqa: E402
+from model_api import BenchRow, model_workloads  # noqa: E402
 from serve import AK_ID, AK_SECRET, INSTANCE, start_server  # noqa: E402
 
 from tsmigrate.service import Rows, create_tables  # noqa: E402
@@ -60,34 +60,8 @@ def main() -> None:
         n = args.rows
         singles = max(1, n // 50)
 
-        def put() -> int:
-            for i in range(singles):
-                rows.put(BenchRow(**fields(i)))
-            return singles
-
-        def get() -> int:
-            for i in range(singles):
-                rows.get(user=f"user{i % 5:04d}", seq=i)
-            return singles
-
-        def update() -> int:
-            for i in range(singles):
-                rows.update({"user": f"user{i % 5:04d}", "seq": i}, set={"age": i % 7})
-            return singles
-
-        def query() -> int:
-            return sum(1 for user in range(5) for _row in rows.query(user=f"user{user:04d}"))
-
-        def batch() -> int:
-            assert rows.batch_write(put=(BenchRow(**fields(i)) for i in range(n))).ok
-            return n
-
-        def batch_get() -> int:
-            return len(rows.batch_get(BenchRow.key(user=f"user{i % 5:04d}", seq=i) for i in range(n)))
-
-        batch()  # load the table for reads
-        workloads = {"put": put, "get": get, "update": update, "query": query, "batch": batch,
-                     "batch_get": batch_get}
+        workloads = model_workloads(rows, n, singles)
+        workloads["batch"]()  # load the table for reads
         blocks: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in workloads}
         for pair in range(args.rounds):
             for name, work in workloads.items():
