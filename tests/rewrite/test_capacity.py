@@ -56,7 +56,7 @@ TEXTS = [
     (40_000, 4000, 8, 8, "short", "even with a worker for each of the stream's 8 shards (32,000/s; "
                                   "more workers than shards do not help): expect capture's lag to "
                                   "grow while writes stay this high; on threads of one process "
-                                  "capture's client CPU (about 75 µs a record) stops near 13,333 "
+                                  "capture's client CPU (about 50 µs a record) stops near 20,000 "
                                   "records/s: --dask spreads the shards over more processes"),
 ]
 

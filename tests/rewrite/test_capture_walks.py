@@ -188,6 +188,21 @@ def test_update_requests_send_each_row_s_rounds_in_order_and_fill_requests(depth
     assert len(requests) == max(-(-entries // writer.MAX_BATCH_ROWS), max(depths, default=0))
 
 
+@SETTINGS
+@given(st.lists(st.integers(0, 5), max_size=450))
+def test_update_waves_send_a_row_s_rounds_one_wave_after_the_other(depths) -> None:
+    rows = [[f"{i}.{depth}".encode() for depth in range(count)] for i, count in enumerate(depths)]
+    requests = list(writer.update_requests(rows))
+    waves = writer.update_waves(rows, requests)
+    sent = [request for wave in waves for request in wave]
+    assert sorted(map(id, sent)) == sorted(map(id, requests))  # each request once
+    wave_of = {body: w for w, wave in enumerate(waves) for request in wave for body in request}
+    for bodies in rows:  # a round goes in a wave after the one before it
+        assert [wave_of[b] for b in bodies] == sorted({wave_of[b] for b in bodies})
+        assert len({wave_of[b] for b in bodies}) == len(bodies)
+    assert len(waves) == max(depths, default=0)  # no more waves than the deepest row has rounds
+
+
 # -- answers read without message objects -------------------------------------------------------
 
 _ROW_RESULT = st.tuples(st.booleans(), st.one_of(st.none(), st.binary(max_size=30)), st.booleans())

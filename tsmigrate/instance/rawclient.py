@@ -9,7 +9,8 @@ It rides on an ``OTSClient``: the same credentials provider, signer, connection 
 checks (MD5, date, signature) and retry policy (tsmigrate's, see ``tsmigrate.instance.retry``, installed on
 the client when it still has the SDK's default), and it raises the SDK's own ``OTSServiceError``
 and ``OTSClientError``. Messages come from the modules the local server parses them with, so
-both sides agree on every field number.
+both sides agree on every field number. ``call_together`` sends several requests at once on the
+process's event loop (``ioloop``) through the SDK's aiohttp pool, with the same checks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import aiohttp
 import attrs
 from google.protobuf.message import DecodeError, Message
 from tablestore import OTSClient
@@ -27,7 +29,7 @@ from tablestore.error import OTSClientError, OTSServiceError
 from tablestore.protobuf import search_pb2
 from tablestore.protobuf import table_store_pb2 as pb
 
-from tsmigrate.instance import retry
+from tsmigrate.instance import ioloop, retry
 from tsmigrate.wire import plainbuffer, search_protocol, table_protocol
 
 try:
@@ -70,6 +72,15 @@ class SplitPoints:
     locations: tuple[str, ...]
 
 
+def _parsed(api: str, answer: tuple[int, str, Any, bytes], response_type: type[Message]) -> Any:
+    response = response_type()
+    try:
+        response.ParseFromString(answer[3])
+    except DecodeError:
+        raise OTSClientError(f"cannot parse the {api} response", answer[0]) from None
+    return response
+
+
 class RawClient:
     def __init__(self, client: OTSClient):
         self.client = retry.install(client)
@@ -81,26 +92,64 @@ class RawClient:
         query = "/" + api
         retries = 0
         while True:
-            context = RequestContext(self.client.credentials_provider.get_credentials())
-            protocol = self.client.protocol
-            headers = protocol._make_request_headers(body, query, self.client._signer, context)
-            status, reason, res_headers, res_body = self.client.connection.send_receive(
-                query, headers, body
-            )
+            context, headers = self._signed(query, body)
+            answer = self.client.connection.send_receive(query, headers, body)
             try:
-                self._check(api, query, status, reason, res_headers, res_body, context)
+                self._check(api, query, *answer, context)
                 break
             except OTSServiceError as exc:
                 if not self.client.retry_policy.should_retry(retries, exc, api):
                     raise
                 time.sleep(self.client.retry_policy.get_retry_delay(retries, exc, api))
                 retries += 1
-        response = response_type()
-        try:
-            response.ParseFromString(res_body)
-        except DecodeError:
-            raise OTSClientError(f"cannot parse the {api} response", status) from None
-        return response
+        return _parsed(api, answer, response_type)
+
+    def call_together(self, api: str, requests: Sequence[Message | bytes],
+                      response_type: type[Message]) -> list[Any]:
+        """``call`` of each of ``requests``, sent at once on this process's event loop
+        (``ioloop``) rather than from threads; the answers in request order. Each is signed,
+        checked and retried as ``call`` does; a socket error counts as ambiguous (the request
+        may have been done), so it is retried on the idempotent APIs only."""
+        if len(requests) <= 1:
+            return [self.call(api, request, response_type) for request in requests]
+        loop = ioloop.io_loop()
+        return loop.run_together([self._call_on(loop, api, request, response_type) for request in requests])
+
+    async def _call_on(self, loop: ioloop.IOLoop, api: str, request: Message | bytes,
+                       response_type: type[Message]) -> Any:
+        body = request if isinstance(request, bytes) else request.SerializeToString()
+        query = "/" + api
+        policy = self.client.retry_policy
+        pool = loop.pool(self.client)
+        retries = failures = 0
+        while True:
+            context, headers = self._signed(query, body)
+            try:
+                answer = await pool.send_receive(query, headers, body)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # As ``retry.RetryingConnection`` judges the sync pool's socket errors; an
+                # aiohttp error that is no OSError reads as a connection error (ambiguous).
+                error = exc if isinstance(exc, OSError) else ConnectionError(f"{type(exc).__name__}: {exc}")
+                if not isinstance(policy, retry.TsmigrateRetryPolicy) or not policy.should_retry(
+                        failures, error, api):
+                    raise error from exc
+                await asyncio.sleep(policy.get_retry_delay(failures, error, api))
+                failures += 1
+                continue
+            try:
+                self._check(api, query, *answer, context)
+                break
+            except OTSServiceError as exc:
+                if not policy.should_retry(retries, exc, api):
+                    raise
+                await asyncio.sleep(policy.get_retry_delay(retries, exc, api))
+                retries += 1
+        return _parsed(api, answer, response_type)
+
+    def _signed(self, query: str, body: bytes) -> tuple[RequestContext, dict[str, str]]:
+        context = RequestContext(self.client.credentials_provider.get_credentials())
+        headers = self.client.protocol._make_request_headers(body, query, self.client._signer, context)
+        return context, headers
 
     def _check(self, api, query, status, reason, headers, body, context) -> None:
         # The SDK's handle_error refuses API names it does not know; its checks are reused here.

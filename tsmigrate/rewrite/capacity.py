@@ -44,9 +44,10 @@ SKIP_PAGES = 20  # pages a shard is read to reach its newest records before the 
 DRAIN_PAGES = 50  # pages a shard is read as the window closes
 SAMPLE_THREADS = 16
 ROUND_TRIPS = 4  # a page of capture: the stream read, source rows, target rows, the write
-# Capture's client CPU a record applied (decode, merge, encode): bench/capture.py measured 76 µs
-# on a 2-core machine. Threads of one process share it (the GIL): about 13,000 records/s in all.
-CPU_S_PER_RECORD = 75e-6
+# Capture's client CPU a record applied (decode, merge, encode, its share of the requests):
+# bench/capture.py measured 39-44 µs at --shards 4 --latency-ms 30 and 48-60 µs at its defaults
+# on a 2-core machine. Threads of one process share it (the GIL): about 20,000 records/s in all.
+CPU_S_PER_RECORD = 50e-6
 HEADROOM = 1.2  # capture applies this much more than the writes to drain a lag as well
 ROUND_TRIP_TRIES = 3
 # A per-worker rate to state instead of measuring one (tests set it); None: measured.

@@ -55,7 +55,8 @@ before. Re-reading keeps this idempotent and insensitive to order: records may b
   applied in parallel (``shards``: threads, processes or Dask), each by a worker that keeps
   nothing (``run_shard``) and reads its next page while it applies the current one; the
   capture takes in their outcomes (``absorb``). A page's keys are synced together, their
-  BatchGetRow requests sent at once.
+  BatchGetRow requests (and then the write requests that do not wait for one another) sent at
+  once on the process's event loop (``RawClient.call_together``), not from a thread each.
 - Every split a record touches is kept (``touched``, saved with the position): verification
   takes the source totals of a split no record touched from its backfill checkpoint, since the
   stream proves those rows have not changed since the copy read them.
@@ -93,7 +94,7 @@ from tsmigrate.wire import plainbuffer
 PAGE_RECORDS = 500
 BATCH_GET = 100  # BatchGetRow's limit per request
 SYNC_KEYS = PAGE_RECORDS  # keys read, merged and written together (their reads sent in parallel)
-IO_THREADS = 32  # requests in flight for the batches of every shard this process applies
+IO_THREADS = 32  # a page's kinds of writes (deletes, bare rows, updates) for every shard applied
 STEP_BUDGET_S = 1.0  # how long a round reads a shard while its pages come full
 GUARD_ATTEMPTS = 8  # reads and merges of a row another writer keeps changing, before it is set aside
 
@@ -417,7 +418,7 @@ class ShardOutcome:
     finished: set[int]
     touched: set[int] | None
     set_aside: dict[str, dict[str, Any]]
-    cleared: set[str]  # formatted keys taken off the set-aside list: carried now
+    cleared: set[Key]  # source keys synced: off the set-aside list, if they were on it
     stats: Stats
     records: int
     drained: bool  # the last page read was short: the shard was at its end then
@@ -519,7 +520,7 @@ class Capture:
         self.ref: shards.CaptureRef | None = None  # how a worker elsewhere builds this capture
         # Source keys synced since someone asked (``record``): the fence verifies them again
         self.synced: set[Key] | None = None
-        self.cleared: set[str] = set()  # set-aside keys a worker carried (``ShardOutcome``)
+        self.cleared: set[Key] = set()  # source keys a worker synced (``ShardOutcome``)
         _settle_heap()
 
     # -- the position ----------------------------------------------------------------------------
@@ -667,8 +668,9 @@ class Capture:
         self.finished_splits |= outcome.finished
         if self.touched is not None and outcome.touched:
             self.touched |= outcome.touched
-        for key in outcome.cleared:
-            self.set_aside.pop(key, None)
+        if self.set_aside:
+            for key in outcome.cleared:
+                self.set_aside.pop(format_key(key), None)
         self.set_aside.update(outcome.set_aside)
         if self.synced is not None and outcome.synced:
             self.synced |= outcome.synced
@@ -879,10 +881,10 @@ class Capture:
 
     def _carried(self, source_key: Key) -> None:
         """A row synced: off the set-aside list, if it was on it (here, or where ``absorb``
-        takes this worker's outcome in)."""
-        text = format_key(source_key)
-        self.set_aside.pop(text, None)
-        self.cleared.add(text)
+        takes this worker's outcome in). Its key is formatted only where the list has any."""
+        if self.set_aside:
+            self.set_aside.pop(format_key(source_key), None)
+        self.cleared.add(source_key)
 
     def _put_aside(self, source_key: Key, reason: str) -> None:
         """A row capture cannot carry: named (with why) in the position, so `rewrite status`
@@ -1079,8 +1081,9 @@ _pool: cf.ThreadPoolExecutor | None = None
 
 
 def _io_pool() -> cf.ThreadPoolExecutor:
-    """Threads for the requests of one batch sent together (shared by this process's captures;
-    a request never waits on another one, so sharing cannot deadlock)."""
+    """Threads for the kinds of writes of one batch sent together (shared by this process's
+    captures; a write never waits on another one, so sharing cannot deadlock); each kind's
+    requests go out together on the event loop."""
     global _pool
     if _pool is None:
         _pool = cf.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="capture-io")
@@ -1126,26 +1129,23 @@ def _batch_get(raw: RawClient, table: str, keys: list[Key], versions: int) -> di
     todo = list(dict.fromkeys(keys))
     delay = 0.05
 
-    def get(chunk: list[Key]) -> list[Key]:
+    def request(chunk: list[Key]) -> pb.BatchGetRowRequest:
         request = pb.BatchGetRowRequest()
         item = request.tables.add(table_name=table, max_versions=max(1, versions))
         item.primary_key.extend([key_row(key) for key in chunk])
-        response = raw.call("BatchGetRow", request, BatchGetRows)
-        failed = []
-        for key, (ok, row) in zip(chunk, response.rows, strict=True):
-            if not ok:
-                failed.append(key)
-            elif row:
-                found[key] = row
-        return failed
+        return request
 
     while todo:
         chunks = [todo[start:start + BATCH_GET] for start in range(0, len(todo), BATCH_GET)]
-        if len(chunks) == 1:
-            retry = get(chunks[0])
-        else:  # one request per 100 keys, sent together: a page's reads cost one round trip
-            retry = [key for failed in _io_pool().map(get, chunks) for key in failed]
-        todo = retry
+        # One request per 100 keys, sent together: a page's reads cost one round trip
+        responses = raw.call_together("BatchGetRow", [request(chunk) for chunk in chunks], BatchGetRows)
+        todo = []
+        for chunk, response in zip(chunks, responses, strict=True):
+            for key, (ok, row) in zip(chunk, response.rows, strict=True):
+                if not ok:
+                    todo.append(key)  # asked again below
+                elif row:
+                    found[key] = row
         if todo:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)

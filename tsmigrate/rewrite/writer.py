@@ -11,6 +11,8 @@ always has the next request while the client reads an answer (or waits for its i
 ``put`` returns once every row is written, so a caller's checkpoint still follows its writes.
 ``put_async`` starts the writes and returns a wait: a caller can queue its next rows before it
 waits for these and records them, so the requests run on across its checkpoint round trips.
+Without a pool, the requests of one call go out together on the process's event loop
+(``send_together``, ``RawClient.call_together``): capture's writes, which come in a page at a time.
 
 ``RateLimiter`` paces rows per second (``--max-rows-per-s``), shared by the threads of a process.
 """
@@ -50,7 +52,6 @@ from tsmigrate.wire.protowire import varint
 MAX_BATCH_ROWS = 200
 MAX_BATCH_BYTES = 4 * 1024 * 1024 - 64 * 1024  # the service's 4 MB, less the request's framing
 MAX_CELLS_PER_UPDATE = 1024  # the service's limit on the columns of one row write
-UPDATE_IN_FLIGHT = 8  # capture's UpdateRow requests sent at once (a row's rounds still in order)
 # A row write's column condition holds at most 10 nodes: an AND and 9 comparisons.
 GUARD_COLUMNS = 9
 _IS_OK = operator.attrgetter("is_ok")
@@ -150,11 +151,12 @@ class BatchWriter:
 
     def _write(self, kind: int, rows: Sequence[bytes]) -> None:
         batches = list(_batches(rows))
-        if self._pool is None or len(batches) == 1:
-            for batch in batches:
-                self._send(kind, batch)
-            return
-        _wait_all([self._pool.submit(self._send, kind, batch) for batch in batches])
+        if self._pool is None:
+            self.send_together(kind, batches)
+        elif len(batches) == 1:
+            self._send(kind, batches[0])
+        else:
+            _wait_all([self._pool.submit(self._send, kind, batch) for batch in batches])
 
     def _send(self, kind: int, rows: list[bytes], conditions: Sequence[bytes] | None = None) -> list[int]:
         """Write one request's ``rows``, sending again those that failed with a retryable error.
@@ -193,12 +195,67 @@ class BatchWriter:
         """Write ``rows`` (pb.PUT or pb.DELETE), each under its condition (``row_condition``);
         returns the positions of the rows whose condition did not hold: nothing was written for
         them."""
-        unmet: list[int] = []
-        low = 0
-        for batch in _batches(rows):
-            unmet += [low + i for i in self._send(kind, batch, conditions[low:low + len(batch)])]
-            low += len(batch)
-        return unmet
+        batches = list(_batches(rows))
+        lows = [0]
+        for batch in batches[:-1]:
+            lows.append(lows[-1] + len(batch))
+        refused = self.send_together(kind, batches, [conditions[low:low + len(batch)]
+                                                     for low, batch in zip(lows, batches, strict=True)])
+        return [low + i for low, positions in zip(lows, refused, strict=True) for i in positions]
+
+    def send_together(self, kind: int, batches: Sequence[list[bytes]],
+                      conditions: Sequence[Sequence[bytes] | None] | None = None) -> list[list[int]]:
+        """``_send`` of each of ``batches`` (a request each), sent at once
+        (``RawClient.call_together``); the rows that failed with a retryable error go again
+        together, after the policy's delay. Returns, per batch, the positions of the rows whose
+        condition did not hold."""
+        if len(batches) == 1:
+            return [self._send(kind, batches[0], conditions[0] if conditions else None)]
+        for batch in batches:
+            self.limiter.acquire(len(batch))
+        # Per batch: the rows still to send, their conditions, their positions in the batch
+        pending = [(batch, conditions[i] if conditions else None, range(len(batch)))
+                   for i, batch in enumerate(batches)]
+        unmet: list[list[int]] = [[] for _ in batches]
+        active = list(range(len(batches)))
+        attempt = 0
+        while active:
+            bodies = [batch_write_request(self.table, kind, pending[i][0], pending[i][1]) for i in active]
+            with self._stats_lock:
+                self.stats.requests += len(bodies)
+            with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
+                responses = self.raw.call_together("BatchWriteRow", bodies, pb.BatchWriteRowResponse)
+            again, error = [], None
+            for i, response in zip(active, responses, strict=True):
+                rows, conds, positions = pending[i]
+                failed, failure, refused = self._results(rows, conds, response)
+                unmet[i] += [positions[j] for j in refused]
+                if failed and failure is not None:
+                    again.append(i)
+                    error = failure
+                    pending[i] = ([rows[j] for j in failed],
+                                  None if conds is None else [conds[j] for j in failed],
+                                  [positions[j] for j in failed])
+                else:
+                    with self._stats_lock:
+                        self.stats.rows += len(batches[i])
+            if not again:
+                break
+            assert error is not None
+            if attempt >= self.policy.max_retries:
+                first = pending[again[0]][0][0]
+                raise WriteError(
+                    f"{sum(len(pending[i][0]) for i in again)} rows could not be written to "
+                    f"{self.table!r} after {attempt + 1} attempts, first "
+                    f"{format_key(decode_row(first).primary_key)}: {error.code} {error.message}; "
+                    "run the rewrite again to continue from its checkpoints"
+                )
+            with self._stats_lock:
+                self.stats.retried_rows += sum(len(pending[i][0]) for i in again)
+            time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
+            attempt += 1
+            active = again
+        return [sorted(positions) for positions in unmet]
 
     def _request(self, kind: int, rows: list[bytes], conditions: Sequence[bytes] | None
                  ) -> tuple[list[int], OTSServiceError | None, list[int]]:
@@ -210,6 +267,11 @@ class BatchWriter:
             self.stats.requests += 1
         with adapter.service_errors(f"BatchWriteRow to {self.table!r}"):
             response = self.raw.call("BatchWriteRow", body, pb.BatchWriteRowResponse)
+        return self._results(rows, conditions, response)
+
+    def _results(self, rows: list[bytes], conditions: Sequence[bytes] | None, response: Any
+                 ) -> tuple[list[int], OTSServiceError | None, list[int]]:
+        """``_request``'s reading of a BatchWriteRow answer to ``rows``."""
         failed: list[int] = []
         refused: list[int] = []
         error = None
@@ -372,35 +434,29 @@ def update_rows(client: OTSClient, table: str,
     """Apply cell changes to rows (UpdateRow items of BatchWriteRow, 200 rows and 4 MB a
     request): each row's rounds (see ``update_rounds``) in order, a round in a later request than
     the one before it, so a request never holds one row twice; requests are filled in that order
-    (``update_requests``), the first rounds first; for change capture."""
+    (``update_requests``), the first rounds first, and sent in waves (``update_waves``); for
+    change capture."""
     bodies = [update_bodies(key, cells) for key, cells in rows]
     batch = BatchWriter(client, table)
-    requests = list(update_requests(bodies))
-    if len(requests) <= 1 or UPDATE_IN_FLIGHT <= 1:
-        for request in requests:
-            batch.update(request)
-        return
-    # Sent together, but a request waits for the one that holds the round before each of its
-    # rows' (dependencies come earlier, and the pool takes tasks in order: no deadlock).
+    for wave in update_waves(bodies, list(update_requests(bodies))):
+        batch.send_together(pb.UPDATE, wave)
+
+
+def update_waves(bodies: Sequence[Sequence[bytes]], requests: list[list[bytes]]) -> list[list[list[bytes]]]:
+    """``requests`` (of ``update_requests``) in waves sent one after the other, each wave's
+    together: a request goes in the wave after the one holding the round before each of its
+    rows', so a row's rounds are written in order."""
     row_of = {id(body): row for row, rounds in enumerate(bodies) for body in rounds}
-    latest: dict[int, Future] = {}
-    with ThreadPoolExecutor(min(UPDATE_IN_FLIGHT, len(requests)),
-                            thread_name_prefix="capture-write") as pool:
-        sent = []
-        for request in requests:
-            rows_in = [row_of[id(body)] for body in request]
-            before = {latest[row] for row in rows_in if row in latest}
-            future = pool.submit(_after, before, batch.update, request)
-            latest.update(dict.fromkeys(rows_in, future))
-            sent.append(future)
-        for future in sent:
-            future.result()
-
-
-def _after(before: set[Future], write: Callable[[Any], None], request: Any) -> None:
-    for future in before:
-        future.result()  # its failure is this request's too: a later round never goes first
-    write(request)
+    wave_of_row: dict[int, int] = {}
+    waves: list[list[list[bytes]]] = []
+    for request in requests:
+        rows_in = [row_of[id(body)] for body in request]
+        wave = max((wave_of_row[row] + 1 for row in rows_in if row in wave_of_row), default=0)
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(request)
+        wave_of_row.update(dict.fromkeys(rows_in, wave))
+    return waves
 
 
 def update_requests(rows: Sequence[Sequence[bytes]]) -> Iterator[list[bytes]]:
