@@ -14,7 +14,8 @@ earlier checkout, e.g. `git worktree add /tmp/base HEAD~1`) the rounds alternate
 trees (workers 1 only there, unless that tree has ``tsmigrate.rewrite.shards``):
 
 records=N records_per_s_w1=R1 [records_per_s_w2=R2 ...] capture_cpu_us_per_record=X
-    server_cpu_us_per_record=S [against_cpu_us_per_record=Y cpu_ratio=Y/X]
+    server_cpu_us_per_record=S [against_cpu_us_per_record=Y cpu_ratio=Y/X
+    against_records_per_s_w1=R1 ...]
 
 ``server_cpu_us_per_record``: the local server's CPU (its process's utime + stime) over the same
 records. It shares the machine: where capture's records/s stop growing with K while the two CPU
@@ -208,6 +209,8 @@ def main() -> None:
     if "against" in trees:
         theirs = cpu[("against", fewest)] / records * 1e6
         line += f" against_cpu_us_per_record={theirs:.1f} cpu_ratio={theirs / mine:.2f}"
+        line += "".join(f" against_records_per_s_w{k}={rate[('against', k)]:.0f}"
+                        for k in counts if ("against", k) in rate)
     print(line)
 
 

@@ -71,6 +71,8 @@ def test_answers_come_back_in_request_order_as_one_call_gives_them(ots_client) -
     assert len(together) == len(requests) == 5
     assert [_values(r) for r in together] == [_values(r) for r in one_by_one]
     assert [v for r in together for v in _values(r)] == [*range(ROWS - 1, -1, -1), None]
+    started = [raw.start_call("BatchGetRow", request, pb.BatchGetRowResponse) for request in requests]
+    assert [_values(future.result()) for future in started] == [_values(r) for r in one_by_one]
 
 
 def test_service_errors_are_retried_by_the_client_s_policy(ots_client, ots_server_options,
@@ -96,6 +98,8 @@ def test_a_refused_request_raises_its_error_once_all_are_done(ots_client) -> Non
     with pytest.raises(OTSServiceError) as info:
         raw.call_together("BatchGetRow", [*_gets(list(range(200))), missing], pb.BatchGetRowResponse)
     assert info.value.code == "OTSObjectNotExist"
+    with pytest.raises(OTSServiceError, match="OTSObjectNotExist"):
+        raw.start_call("BatchGetRow", missing, pb.BatchGetRowResponse).result()
     # The loop goes on serving this process.
     again = raw.call_together("BatchGetRow", _gets(list(range(200))), pb.BatchGetRowResponse)
     assert [v for r in again for v in _values(r)] == list(range(200))
@@ -165,6 +169,15 @@ def _call_in_child(endpoint: str, key_id: str, secret: str, instance: str, out) 
     raw = RawClient(ts.OTSClient(endpoint, key_id, secret, instance))
     answer = raw.call_together("BatchGetRow", _gets(list(range(200))), pb.BatchGetRowResponse)
     out.send(([v for r in answer for v in _values(r)], ioloop.io_loop().pid))
+
+
+def test_a_loop_closed_at_exit_is_started_again_if_a_call_comes_later(ots_client) -> None:
+    _table(ots_client, rows=3)
+    loop = ioloop.io_loop()
+    loop.close()  # as at exit
+    answer = RawClient(ots_client).call_together("BatchGetRow", _gets([0, 1, 2]), pb.BatchGetRowResponse)
+    assert [v for r in answer for v in _values(r)] == [0, 1, 2]
+    assert ioloop.io_loop() is not loop and ioloop.io_loop().running
 
 
 def test_a_forked_child_sends_on_a_loop_of_its_own(ots_instance) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import os
 import threading
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from tablestore.connection import AsyncConnectionPool
@@ -37,6 +38,10 @@ class IOLoop:
         self._thread = threading.Thread(target=self.loop.run_forever, name="tsmigrate-io", daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def run_together(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         """Run ``calls`` at once on the loop and wait for every one; the first failure raises
         (after the others ended: none is left running)."""
@@ -50,6 +55,10 @@ class IOLoop:
 
         return asyncio.run_coroutine_threadsafe(together(), self.loop).result()
 
+    def start(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``call`` on the loop; its future (``result()`` waits for it)."""
+        return asyncio.run_coroutine_threadsafe(call, self.loop)
+
     def pool(self, client: Any) -> AsyncConnectionPool:
         """The aiohttp pool for ``client``'s endpoint and settings (socket timeout, pool size,
         TLS version), as the SDK's ``AsyncOTSClient`` makes it. Called on the loop."""
@@ -62,7 +71,7 @@ class IOLoop:
         return pool
 
     def close(self) -> None:
-        if not self._thread.is_alive():
+        if not self.running:
             return
 
         async def close_pools() -> None:
@@ -84,10 +93,11 @@ _current: IOLoop | None = None
 
 
 def io_loop() -> IOLoop:
-    """This process's loop (a forked child starts its own: the parent's thread is not there)."""
+    """This process's loop (a forked child starts its own: the parent's thread is not there; so
+    does a call after the loop was closed at exit)."""
     global _current
     with _lock:
-        if _current is None or _current.pid != os.getpid():
+        if _current is None or _current.pid != os.getpid() or not _current.running:
             if _current is None:
                 atexit.register(_close)
             _current = IOLoop()

@@ -16,6 +16,7 @@ process's event loop (``ioloop``) through the SDK's aiohttp pool, with the same 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -81,6 +82,18 @@ def _parsed(api: str, answer: tuple[int, str, Any, bytes], response_type: type[M
     return response
 
 
+def stream_request(iterator: str, limit: int | None = None) -> pb.GetStreamRecordRequest:
+    request = pb.GetStreamRecordRequest(shard_iterator=iterator)
+    if limit is not None:
+        request.limit = limit
+    return request
+
+
+def stream_page(page: StreamPage) -> tuple[list[tuple[str, bytes, bytes | None]], str | None]:
+    """A GetStreamRecord answer as ``RawClient.stream_record_bytes`` returns it."""
+    return [(ACTIONS[action], row, origin) for action, row, origin in page.records], page.following
+
+
 class RawClient:
     def __init__(self, client: OTSClient):
         self.client = retry.install(client)
@@ -110,10 +123,17 @@ class RawClient:
         (``ioloop``) rather than from threads; the answers in request order. Each is signed,
         checked and retried as ``call`` does; a socket error counts as ambiguous (the request
         may have been done), so it is retried on the idempotent APIs only."""
-        if len(requests) <= 1:
-            return [self.call(api, request, response_type) for request in requests]
+        if not requests:
+            return []
         loop = ioloop.io_loop()
         return loop.run_together([self._call_on(loop, api, request, response_type) for request in requests])
+
+    def start_call(self, api: str, request: Message | bytes, response_type: type[Message]
+                   ) -> concurrent.futures.Future[Any]:
+        """``call_together`` of one request, started: its future answers (or raises) once done,
+        while the caller goes on."""
+        loop = ioloop.io_loop()
+        return loop.start(self._call_on(loop, api, request, response_type))
 
     async def _call_on(self, loop: ioloop.IOLoop, api: str, request: Message | bytes,
                        response_type: type[Message]) -> Any:
@@ -277,11 +297,7 @@ class RawClient:
     ) -> tuple[list[tuple[str, bytes, bytes | None]], str | None]:
         """``stream_records`` with each record's rows as they came (PlainBuffer): (action, the
         row written, its origin columns or None)."""
-        request = pb.GetStreamRecordRequest(shard_iterator=iterator)
-        if limit is not None:
-            request.limit = limit
-        page = self.call("GetStreamRecord", request, StreamPage)
-        return [(ACTIONS[action], row, origin) for action, row, origin in page.records], page.following
+        return stream_page(self.call("GetStreamRecord", stream_request(iterator, limit), StreamPage))
 
     # -- search-index reindex ------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ from tsmigrate.contract import rowbytes
 from tsmigrate.contract.rowbytes import RawCell, cell_value, key_row
 from tsmigrate.contract.transform import TargetRow, format_key
 from tsmigrate.errors import TsmigrateError
-from tsmigrate.instance.rawclient import RawClient
+from tsmigrate.instance.rawclient import RawClient, StreamPage, stream_page, stream_request
 from tsmigrate.rewrite import copy, machine, shards
 from tsmigrate.rewrite.shards import ShardRunner
 from tsmigrate.wire import plainbuffer
@@ -624,24 +624,20 @@ class Capture:
         self.finished_splits = set(work.finished)
         self.synced = set() if work.record_keys else None
         records = 0
-        reader = cf.ThreadPoolExecutor(1, thread_name_prefix="capture-read")
-        try:
-            page = self._read_at(work.iterator)
-            while True:
-                batch, following = page
-                full = len(batch) >= PAGE_RECORDS
-                ahead = None
-                if following is not None and full and time.monotonic() - started < work.budget_s:
-                    ahead = reader.submit(self._read_at, following)
-                self._apply_page(shard, batch)
-                records += len(batch)
-                shard.iterator = following
-                shard.done = following is None
-                if ahead is None:
-                    break
-                page = ahead.result()
-        finally:
-            reader.shutdown(wait=False)
+        page = self._read(self._start_read(work.iterator))
+        while True:
+            batch, following = page
+            full = len(batch) >= PAGE_RECORDS
+            ahead = None
+            if following is not None and full and time.monotonic() - started < work.budget_s:
+                ahead = self._start_read(following)
+            self._apply_page(shard, batch)
+            records += len(batch)
+            shard.iterator = following
+            shard.done = following is None
+            if ahead is None:
+                break
+            page = self._read(ahead)
         finished = self.finished_splits - set(work.finished)
         return ShardOutcome(
             shard.shard_id, shard.iterator, shard.done, shard.pending, self.dirty, finished,
@@ -698,8 +694,12 @@ class Capture:
             iterator = self._call(self.raw.shard_iterator, self.stream_id, shard.shard_id)
             self.shards[shard.shard_id] = ShardState(shard.shard_id, iterator, parents)
 
-    def _read_at(self, iterator: str) -> tuple[list[Record], str | None]:
-        encoded, following = self._call(self.raw.stream_record_bytes, iterator, PAGE_RECORDS)
+    def _start_read(self, iterator: str) -> cf.Future[StreamPage]:
+        """The page at ``iterator``, read on the event loop while this thread goes on."""
+        return self.raw.start_call("GetStreamRecord", stream_request(iterator, PAGE_RECORDS), StreamPage)
+
+    def _read(self, page: cf.Future[StreamPage]) -> tuple[list[Record], str | None]:
+        encoded, following = stream_page(self._call(page.result))
         return read_records(encoded, self.transform.key_sources), following
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:

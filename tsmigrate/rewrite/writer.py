@@ -209,8 +209,6 @@ class BatchWriter:
         (``RawClient.call_together``); the rows that failed with a retryable error go again
         together, after the policy's delay. Returns, per batch, the positions of the rows whose
         condition did not hold."""
-        if len(batches) == 1:
-            return [self._send(kind, batches[0], conditions[0] if conditions else None)]
         for batch in batches:
             self.limiter.acquire(len(batch))
         # Per batch: the rows still to send, their conditions, their positions in the batch
