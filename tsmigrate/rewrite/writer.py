@@ -176,12 +176,7 @@ class BatchWriter:
                     self.stats.rows += len(rows)
                 return sorted(unmet)
             if attempt >= self.policy.max_retries:
-                key = format_key(decode_row(pending[failed[0]]).primary_key)
-                raise WriteError(
-                    f"{len(failed)} rows could not be written to {self.table!r} after {attempt + 1} "
-                    f"attempts, first {key}: {error.code} {error.message}; run the rewrite again to "
-                    "continue from its checkpoints"
-                )
+                raise self._gave_up(len(failed), attempt + 1, pending[failed[0]], error)
             with self._stats_lock:
                 self.stats.retried_rows += len(failed)
             time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
@@ -241,19 +236,21 @@ class BatchWriter:
                 break
             assert error is not None
             if attempt >= self.policy.max_retries:
-                first = pending[again[0]][0][0]
-                raise WriteError(
-                    f"{sum(len(pending[i][0]) for i in again)} rows could not be written to "
-                    f"{self.table!r} after {attempt + 1} attempts, first "
-                    f"{format_key(decode_row(first).primary_key)}: {error.code} {error.message}; "
-                    "run the rewrite again to continue from its checkpoints"
-                )
+                raise self._gave_up(sum(len(pending[i][0]) for i in again), attempt + 1,
+                                    pending[again[0]][0][0], error)
             with self._stats_lock:
                 self.stats.retried_rows += sum(len(pending[i][0]) for i in again)
             time.sleep(self.policy.get_retry_delay(attempt, error, "BatchWriteRow"))
             attempt += 1
             active = again
         return [sorted(positions) for positions in unmet]
+
+    def _gave_up(self, rows: int, attempts: int, first: bytes, error: OTSServiceError) -> WriteError:
+        key = format_key(decode_row(first).primary_key)
+        return WriteError(
+            f"{rows} rows could not be written to {self.table!r} after {attempts} attempts, first "
+            f"{key}: {error.code} {error.message}; run the rewrite again to continue from its checkpoints"
+        )
 
     def _request(self, kind: int, rows: list[bytes], conditions: Sequence[bytes] | None
                  ) -> tuple[list[int], OTSServiceError | None, list[int]]:
