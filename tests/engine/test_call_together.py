@@ -219,3 +219,23 @@ def test_a_process_that_sent_together_exits_without_an_unclosed_session(ots_inst
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3"
     assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_https_is_verified_with_the_bundle_the_sdk_s_sync_pool_uses() -> None:
+    import ssl
+
+    import certifi
+
+    client = ts.OTSClient("https://example.cn-hangzhou.ots.aliyuncs.com", "id", "secret", "example",
+                          ssl_version=ssl.TLSVersion.TLSv1_2)
+    loop = ioloop.io_loop()
+
+    async def pool() -> ioloop.HTTPPool:
+        return loop.pool(client)
+
+    made = loop.run_together([pool()])[0]
+    bundle = ssl.create_default_context(cafile=certifi.where()).get_ca_certs()
+    assert len(bundle) > 50 and made.ssl_context.get_ca_certs() == bundle
+    assert made.ssl_context.verify_mode == ssl.CERT_REQUIRED and made.ssl_context.check_hostname
+    assert made.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert made.url == "https://example.cn-hangzhou.ots.aliyuncs.com"

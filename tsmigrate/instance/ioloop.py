@@ -5,8 +5,8 @@ Sent from a pool of threads, each request's Python work (urllib3, http.client's 
 the SDK's signing and checks) contends for the GIL with the others' and the caller's: on
 bench/capture.py, 15-20% of capture's CPU went to that contention. Here they go out together on
 one asyncio loop (a daemon thread, started when first needed, again in a forked child), through
-the SDK's own aiohttp pool (``AsyncConnectionPool``: one per endpoint and client settings, kept
-for the process), and the caller waits once for all of them.
+an aiohttp pool as the SDK's ``AsyncConnectionPool`` makes it (``HTTPPool``: one per endpoint and
+client settings, kept for the process), and the caller waits once for all of them.
 
 The loop is closed (its pools too) when the interpreter exits, so aiohttp reports no unclosed
 session.
@@ -18,14 +18,45 @@ import asyncio
 import atexit
 import concurrent.futures
 import os
+import ssl
 import threading
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from tablestore.connection import AsyncConnectionPool
+import aiohttp
+import certifi
 
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 5.0
+KEEPALIVE_S = 12.0  # idle connections kept, as the SDK's AsyncConnectionPool keeps them
+
+
+class HTTPPool:
+    """The SDK's ``AsyncConnectionPool`` (aiohttp, the client's socket timeout and pool size),
+    but HTTPS is verified with the certificate bundle the SDK's sync pool uses (certifi, which the
+    SDK brings), not the system's: a machine that reaches the service through ``OTSClient``
+    reaches it here too."""
+
+    def __init__(self, host: str, path: str, timeout: Any, maxsize: int, ssl_version: Any = None) -> None:
+        self.url = host + path
+        self.ssl_context = ssl.create_default_context(cafile=certifi.where())
+        if ssl_version is not None:
+            self.ssl_context.minimum_version = ssl_version
+        connect_s, read_s = timeout if isinstance(timeout, (list, tuple)) else (timeout, timeout)
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(sock_connect=connect_s, sock_read=read_s),
+            connector=aiohttp.TCPConnector(limit=maxsize, ssl=self.ssl_context,
+                                           keepalive_timeout=KEEPALIVE_S))
+
+    async def send_receive(self, url: str, headers: dict[str, str], body: bytes
+                           ) -> tuple[int, str, dict[str, str], bytes]:
+        """(status, reason, headers, body), as the SDK's pools answer."""
+        async with self.session.post(self.url + url, data=body, headers=headers,
+                                     allow_redirects=False) as response:
+            return response.status, response.reason or "", dict(response.headers), await response.read()
+
+    async def close(self) -> None:
+        await self.session.close()
 
 
 class IOLoop:
@@ -34,7 +65,7 @@ class IOLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self._pools: dict[tuple[Any, ...], AsyncConnectionPool] = {}
+        self._pools: dict[tuple[Any, ...], HTTPPool] = {}
         self._thread = threading.Thread(target=self.loop.run_forever, name="tsmigrate-io", daemon=True)
         self._thread.start()
 
@@ -59,15 +90,14 @@ class IOLoop:
         """Run ``call`` on the loop; its future (``result()`` waits for it)."""
         return asyncio.run_coroutine_threadsafe(call, self.loop)
 
-    def pool(self, client: Any) -> AsyncConnectionPool:
-        """The aiohttp pool for ``client``'s endpoint and settings (socket timeout, pool size,
-        TLS version), as the SDK's ``AsyncOTSClient`` makes it. Called on the loop."""
+    def pool(self, client: Any) -> HTTPPool:
+        """The pool for ``client``'s endpoint and settings (socket timeout, pool size, TLS
+        version). Called on the loop."""
         key = (client.host, client.path, client.socket_timeout, client.max_connection, client.ssl_version)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = AsyncConnectionPool(
-                client.host, client.path, timeout=client.socket_timeout,
-                maxsize=client.max_connection, client_ssl_version=client.ssl_version)
+            pool = self._pools[key] = HTTPPool(client.host, client.path, client.socket_timeout,
+                                               client.max_connection, client.ssl_version)
         return pool
 
     def close(self) -> None:
