@@ -75,7 +75,10 @@ class IOLoop:
 
     def run_together(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         """Run ``calls`` at once on the loop and wait for every one; the first failure raises
-        (after the others ended: none is left running)."""
+        (after the others ended: none is left running). Never from the loop's own thread, which
+        would wait for itself."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("run_together was called from the event loop's own thread")
 
         async def together() -> list[T]:
             answers = await asyncio.gather(*calls, return_exceptions=True)

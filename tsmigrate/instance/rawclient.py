@@ -10,7 +10,8 @@ checks (MD5, date, signature) and retry policy (tsmigrate's, see ``tsmigrate.ins
 the client when it still has the SDK's default), and it raises the SDK's own ``OTSServiceError``
 and ``OTSClientError``. Messages come from the modules the local server parses them with, so
 both sides agree on every field number. ``call_together`` sends several requests at once on the
-process's event loop (``ioloop``) through the SDK's aiohttp pool, with the same checks.
+process's event loop (``ioloop``, an aiohttp pool as the SDK's async client has), with the same
+checks and retries.
 """
 
 from __future__ import annotations
