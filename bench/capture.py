@@ -1,8 +1,8 @@
 """Change capture's client CPU per stream record, and its records/s with 1, 2, 4... workers.
 
-A local server runs in its own process (`tsmigrate local serve --memory`, with ``--latency-ms``
-of service latency and streams of ``--shards`` shards). Each round, a child process running the
-tree under test makes a source table (rows of about 370 bytes, six cells, three versions kept,
+Each round starts a local server in its own process (`tsmigrate local serve --memory`, with
+``--latency-ms`` of service latency and streams of ``--shards`` shards); a child process running
+the tree under test makes a source table (rows of about 370 bytes, six cells, three versions kept,
 keyed by request_id), a rewrite of it keyed by (keyword, day, request_id) made ready by `apply`,
 then writes the source as services do meanwhile: updates of one or two columns, whole-row puts,
 column deletes, keyword changes (the row moves to another target key) and row deletes. Capture
@@ -14,13 +14,13 @@ earlier checkout, e.g. `git worktree add /tmp/base HEAD~1`) the rounds alternate
 trees (workers 1 only there, unless that tree has ``tsmigrate.rewrite.shards``):
 
 records=N records_per_s_w1=R1 [records_per_s_w2=R2 ...] capture_cpu_us_per_record=X
-    server_cpu_us_per_record=S [against_cpu_us_per_record=Y cpu_ratio=Y/X
-    against_records_per_s_w1=R1 ...]
+    server_cpu_us_per_record=S server_cores_w1=C1 [server_cores_w2=C2 ...]
+    [against_cpu_us_per_record=Y cpu_ratio=Y/X against_records_per_s_w1=R1 ...]
 
 ``server_cpu_us_per_record``: the local server's CPU (its process's utime + stime) over the same
-records. It shares the machine: where capture's records/s stop growing with K while the two CPU
-figures times the rate near the cores, the server, not capture, is the bound (compare a larger
-``--latency-ms``).
+records; ``server_cores_wK``: that CPU over the wall time of K's fastest round. The server is
+one Python process: where its cores near 1.0, it, not capture, is the bound, and records/s stop
+growing with K (compare a larger ``--latency-ms``).
 
 The CPU figure is the best round of the fewest workers given (threads of one process contend
 for the GIL, which adds CPU per record as K grows).
@@ -183,29 +183,35 @@ def main() -> None:
     cpu: dict[tuple[str, int], float] = {}
     rate: dict[tuple[str, int], float] = {}
     server_cpu: dict[tuple[str, int], float] = {}
+    server_cores: dict[tuple[str, int], float] = {}  # of the fastest round
     records = 0
-    server, endpoint = start_server("--memory", "--stream-shards", str(args.shards),
-                                    "--latency-ms", str(args.latency_ms))
-    try:
-        for turn in range(args.repeat):
-            for workers in counts:
-                for name, tree in trees.items():
+    for turn in range(args.repeat):
+        for workers in counts:
+            for name, tree in trees.items():
+                # A server of its own each round: one that kept every earlier round's tables and
+                # streams spent more CPU a record round after round, against the later rounds.
+                server, endpoint = start_server("--memory", "--stream-shards", str(args.shards),
+                                                "--latency-ms", str(args.latency_ms))
+                try:
                     records, cpu_s, wall_s, server_s = _round(tree, endpoint, server.pid,
                                                               f"{name}{turn}w{workers}", args.rows,
                                                               args.records, workers)
-                    key = (name, workers)
-                    cpu[key] = min(cpu.get(key, cpu_s), cpu_s)
-                    server_cpu[key] = min(server_cpu.get(key, server_s), server_s)
-                    rate[key] = max(rate.get(key, 0.0), records / wall_s)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+                finally:
+                    server.terminate()
+                    server.wait(timeout=10)
+                key = (name, workers)
+                cpu[key] = min(cpu.get(key, cpu_s), cpu_s)
+                server_cpu[key] = min(server_cpu.get(key, server_s), server_s)
+                if records / wall_s > rate.get(key, 0.0):
+                    rate[key] = records / wall_s
+                    server_cores[key] = server_s / wall_s
     fewest = min(counts)
     mine = cpu[("this", fewest)] / records * 1e6
     rates = " ".join(f"records_per_s_w{k}={rate[('this', k)]:.0f}" for k in counts)
     serving = server_cpu[("this", fewest)] / records * 1e6
+    cores = " ".join(f"server_cores_w{k}={server_cores[('this', k)]:.2f}" for k in counts)
     line = (f"records={records} {rates} capture_cpu_us_per_record={mine:.1f} "
-            f"server_cpu_us_per_record={serving:.1f}")
+            f"server_cpu_us_per_record={serving:.1f} {cores}")
     if "against" in trees:
         theirs = cpu[("against", fewest)] / records * 1e6
         line += f" against_cpu_us_per_record={theirs:.1f} cpu_ratio={theirs / mine:.2f}"
