@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import os
 import ssl
 import threading
@@ -112,8 +113,9 @@ class IOLoop:
                 await pool.close()
             self._pools.clear()
 
-        try:
-            asyncio.run_coroutine_threadsafe(close_pools(), self.loop).result(CLOSE_TIMEOUT_S)
+        try:  # at exit: pools that take longer to close are left to the process's end, unreported
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                asyncio.run_coroutine_threadsafe(close_pools(), self.loop).result(CLOSE_TIMEOUT_S)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(CLOSE_TIMEOUT_S)
