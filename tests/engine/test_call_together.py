@@ -239,3 +239,12 @@ def test_https_is_verified_with_the_bundle_the_sdk_s_sync_pool_uses() -> None:
     assert made.ssl_context.verify_mode == ssl.CERT_REQUIRED and made.ssl_context.check_hostname
     assert made.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert made.url == "https://example.cn-hangzhou.ots.aliyuncs.com"
+
+
+def test_nothing_to_write_sends_nothing(ots_client) -> None:
+    _table(ots_client, rows=0)
+    batch = writer.BatchWriter(ots_client, "t")
+    assert batch.write_guarded(pb.PUT, [], []) == []
+    batch.put([])
+    assert RawClient(ots_client).call_together("BatchGetRow", [], pb.BatchGetRowResponse) == []
+    assert batch.stats.requests == 0

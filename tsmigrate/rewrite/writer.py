@@ -191,6 +191,8 @@ class BatchWriter:
         returns the positions of the rows whose condition did not hold: nothing was written for
         them."""
         batches = list(_batches(rows))
+        if not batches:
+            return []
         lows = [0]
         for batch in batches[:-1]:
             lows.append(lows[-1] + len(batch))
