@@ -103,10 +103,9 @@ class RawClient:
         """Send one signed request (a message, or one already encoded) and parse the answer,
         retried by the client's retry policy."""
         body = request if isinstance(request, bytes) else request.SerializeToString()
-        query = "/" + api
         retries = 0
         while True:
-            context, headers = self._signed(query, body)
+            query, headers, context = _signed(self.client, api, body)
             answer = self.client.connection.send_receive(query, headers, body)
             try:
                 self._check(api, query, *answer, context)
@@ -139,12 +138,11 @@ class RawClient:
     async def _call_on(self, loop: ioloop.IOLoop, api: str, request: Message | bytes,
                        response_type: type[Message]) -> Any:
         body = request if isinstance(request, bytes) else request.SerializeToString()
-        query = "/" + api
         policy = self.client.retry_policy
         pool = loop.pool(self.client)
         retries = failures = 0
         while True:
-            context, headers = self._signed(query, body)
+            query, headers, context = _signed(self.client, api, body)
             try:
                 answer = await pool.send_receive(query, headers, body)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -166,11 +164,6 @@ class RawClient:
                 await asyncio.sleep(policy.get_retry_delay(retries, exc, api))
                 retries += 1
         return _parsed(api, answer, response_type)
-
-    def _signed(self, query: str, body: bytes) -> tuple[RequestContext, dict[str, str]]:
-        context = RequestContext(self.client.credentials_provider.get_credentials())
-        headers = self.client.protocol._make_request_headers(body, query, self.client._signer, context)
-        return context, headers
 
     def _check(self, api, query, status, reason, headers, body, context) -> None:
         # The SDK's handle_error refuses API names it does not know; its checks are reused here.
